@@ -130,12 +130,20 @@ class ToolCall(_Model):
     arguments_parse_error: bool = False
 
 
+def utc_from_unix(seconds: float) -> datetime:
+    """Unix seconds as an aware UTC datetime; ``ValueError`` if not finite or out of range."""
+    if not math.isfinite(seconds):
+        raise ValueError("timestamp must be finite")
+    try:
+        return datetime.fromtimestamp(seconds, tz=UTC)
+    except (OverflowError, OSError) as exc:
+        raise ValueError(f"timestamp {seconds!r} is out of range") from exc
+
+
 def _utc(value: object) -> object:
     """Accept Unix seconds or datetimes; always return an aware UTC datetime."""
     if isinstance(value, int | float) and not isinstance(value, bool):
-        if not math.isfinite(value):
-            raise ValueError("timestamp must be finite")
-        return datetime.fromtimestamp(value, tz=UTC)
+        return utc_from_unix(value)
     if isinstance(value, datetime):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     return value

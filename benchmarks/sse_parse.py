@@ -1,0 +1,85 @@
+"""SSE parser throughput on a ~10 MB chat-completions stream, fed whole and in 1 KiB chunks.
+
+Run with ``python benchmarks/sse_parse.py``; prints MB/s (best of a few rounds) for each mode.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+try:
+    from capture_core.sse import SSEParser, parse_sse
+except ModuleNotFoundError:  # run as a script from a checkout that is not installed
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from capture_core.sse import SSEParser, parse_sse
+
+TARGET_BYTES = 10 * 1024 * 1024
+CHUNK = 1024
+ROUNDS = 5
+WORDS = ("the", "model", "streams", "tokens,", "one", "déjà", "vu", "🙂", "at", "a", "time.")
+
+
+def chat_completions_body(target: int = TARGET_BYTES) -> bytes:
+    """A realistic data-only chat-completions stream of about ``target`` bytes."""
+    head = (
+        'data: {"id":"chatcmpl-9f2c1a7b","object":"chat.completion.chunk","created":1718000000,'
+        '"model":"gpt-4o-mini-2024-07-18","system_fingerprint":"fp_0ba0d124f1","choices":'
+        '[{"index":0,"delta":{"content":"'
+    )
+    tail = '"},"logprobs":null,"finish_reason":null}]}\n\n'
+    parts = [
+        'data: {"id":"chatcmpl-9f2c1a7b","object":"chat.completion.chunk","choices":'
+        '[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+    ]
+    size, i = 0, 0
+    while size < target:
+        event = f"{head} {WORDS[i % len(WORDS)]}{tail}"
+        parts.append(event)
+        size += len(event.encode())
+        i += 1
+    parts.append(
+        'data: {"id":"chatcmpl-9f2c1a7b","object":"chat.completion.chunk","choices":[],'
+        '"usage":{"prompt_tokens":31,"completion_tokens":%d,"total_tokens":%d}}\n\n'
+        "data: [DONE]\n\n" % (i, i + 31)
+    )
+    return "".join(parts).encode()
+
+
+def _best_seconds(run: Callable[[], int], expected: int) -> float:
+    best = float("inf")
+    for _ in range(ROUNDS):
+        start = time.perf_counter()
+        count = run()
+        best = min(best, time.perf_counter() - start)
+        if count != expected:
+            raise SystemExit(f"parsed {count} events, expected {expected}")
+    return best
+
+
+def main() -> None:
+    body = chat_completions_body()
+    chunks = [body[i : i + CHUNK] for i in range(0, len(body), CHUNK)]
+    expected = len(parse_sse(body))
+
+    def whole() -> int:
+        return len(parse_sse(body))
+
+    def chunked() -> int:
+        parser = SSEParser()
+        count = 0
+        for chunk in chunks:
+            count += len(parser.feed(chunk))
+        return count + len(parser.close())
+
+    mb = len(body) / 1e6
+    print(f"body: {mb:.1f} MB, {expected} events, {len(chunks)} chunks of {CHUNK} bytes")
+    for name, run in (("whole", whole), ("chunked", chunked)):
+        seconds = _best_seconds(run, expected)
+        print(f"{name:>8}: {mb / seconds:7.1f} MB/s ({seconds * 1000:.1f} ms)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""Split the bytes of a capture file into parsed lines and damaged lines.
+
+Only lines made of JSON whitespace (space, tab, carriage return) are blank: they are skipped and
+take no ``call_index``. Every other line takes the next index, whether it is readable or not,
+so an index never moves when a damaged line is repaired or ignored. Parsing never raises: any
+byte sequence gives entries and damaged lines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from capture_core.exceptions import DamagedLineError
+from capture_core.records import DamagedLine
+
+__all__ = ["RawEntry", "damaged_entry", "damaged_error", "parse_capture"]
+
+_BLANK: Final = b" \t\r"
+TORN_REASON: Final = "torn line at end of file (no newline)"
+
+
+@dataclass(frozen=True, slots=True)
+class RawEntry:
+    """One readable line of a capture file: a JSON object and where it is.
+
+    Attributes:
+        call_index: the line's durable 0-based ordinal among non-blank lines.
+        line_number: 1-based physical line number.
+        byte_offset: offset of the line's first byte in the file.
+        length: the line's length in bytes, without its newline.
+        data: the parsed object.
+    """
+
+    call_index: int
+    line_number: int
+    byte_offset: int
+    length: int
+    data: dict[str, Any]
+
+
+def parse_capture(content: bytes, path: Path) -> tuple[list[RawEntry], list[DamagedLine]]:
+    """Parse every line of ``content``, the bytes of the capture file at ``path``.
+
+    Example:
+        >>> entries, damaged = parse_capture(b'{"a": 1}\\n\\n{oops\\n', Path("x.capture.jsonl"))
+        >>> [e.call_index for e in entries], [(d.line_number, d.call_index) for d in damaged]
+        ([0], [(3, 1)])
+    """
+    entries: list[RawEntry] = []
+    damaged: list[DamagedLine] = []
+    lines = content.split(b"\n")
+    offset = 0
+    call_index = 0
+    for number, line in enumerate(lines, start=1):
+        start = offset
+        offset += len(line) + 1
+        if not line.strip(_BLANK):
+            continue
+        value, reason = _parse(line, unterminated=number == len(lines))
+        if isinstance(value, dict):
+            entries.append(RawEntry(call_index, number, start, len(line), value))
+        else:
+            damaged.append(
+                DamagedLine(
+                    path=str(path),
+                    line_number=number,
+                    call_index=call_index,
+                    byte_offset=start,
+                    length=len(line),
+                    reason=reason,
+                )
+            )
+        call_index += 1
+    return entries, damaged
+
+
+def _parse(line: bytes, *, unterminated: bool) -> tuple[object, str]:
+    """The line's value when it is an object, else ``None`` and why it is damaged."""
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        return None, TORN_REASON if unterminated else f"not valid JSON: {exc}"
+    if isinstance(value, dict):
+        return value, ""
+    return None, f"{_json_kind(value)}, not an object"
+
+
+def _json_kind(value: object) -> str:
+    if isinstance(value, list):
+        return "a JSON array"
+    if isinstance(value, str):
+        return "a JSON string"
+    if isinstance(value, bool):
+        return "a JSON boolean"
+    if value is None:
+        return "JSON null"
+    return "a JSON number"
+
+
+def damaged_entry(path: Path, entry: RawEntry, reason: str) -> DamagedLine:
+    """Report a parsed line that is not a readable record, where it is and why."""
+    return DamagedLine(
+        path=str(path),
+        line_number=entry.line_number,
+        call_index=entry.call_index,
+        byte_offset=entry.byte_offset,
+        length=entry.length,
+        reason=reason,
+    )
+
+
+def damaged_error(line: DamagedLine) -> DamagedLineError:
+    """The error a strict read raises for ``line``."""
+    return DamagedLineError(
+        path=Path(line.path),
+        line_number=line.line_number,
+        call_index=line.call_index,
+        reason=line.reason,
+    )

@@ -1,0 +1,224 @@
+"""File-descriptor helpers for the capture store: locked opens, whole writes, directory fsync.
+
+Every capture file is guarded by a BSD ``flock`` on the file itself. Because ``clear`` unlinks a
+file while holding its exclusive lock, whoever waits for a lock must check, once it holds it,
+that its descriptor still names the file at the path; otherwise it would read a removed file or
+append to an unlinked inode where the line is lost. :func:`locked_fd` does that check and
+reopens (a bounded number of times) when the file was replaced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+__all__ = [
+    "LockedFd",
+    "append_line",
+    "fsync_dir",
+    "locked_fd",
+    "os_reason",
+    "read_locked",
+    "unlink_if_present",
+    "write_all",
+]
+
+_MAX_REOPENS: Final = 64
+_FILE_MODE: Final = 0o644
+
+
+@dataclass(frozen=True, slots=True)
+class LockedFd:
+    """An open descriptor holding a lock on the file currently at its path.
+
+    Attributes:
+        fd: the descriptor.
+        created: whether this open created the file.
+    """
+
+    fd: int
+    created: bool
+
+
+@contextmanager
+def locked_fd(
+    path: Path, flags: int, *, exclusive: bool, create: bool
+) -> Iterator[LockedFd | None]:
+    """Open ``path``, lock it, and yield it; unlock and close on exit.
+
+    Args:
+        path: the file to open.
+        flags: ``os.open`` access flags (``O_CLOEXEC`` is added; ``O_CREAT`` when ``create``).
+        exclusive: take ``LOCK_EX`` rather than ``LOCK_SH``.
+        create: create the file when missing; otherwise yield ``None`` for a missing file.
+
+    Raises:
+        OSError: from the system calls, or ``EAGAIN`` when the file kept being replaced.
+
+    Example:
+        >>> with locked_fd(Path("/tmp/x.capture.jsonl"), os.O_RDONLY,
+        ...                exclusive=False, create=False) as held:
+        ...     pass
+    """
+    held = _open_current(path, flags | os.O_CLOEXEC, exclusive=exclusive, create=create)
+    if held is None:
+        yield None
+        return
+    try:
+        yield held
+    finally:
+        try:
+            fcntl.flock(held.fd, fcntl.LOCK_UN)
+        finally:
+            os.close(held.fd)
+
+
+def _open_current(path: Path, flags: int, *, exclusive: bool, create: bool) -> LockedFd | None:
+    lock = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+    for _ in range(_MAX_REOPENS):
+        opened = _open(path, flags, create=create)
+        if opened is None:
+            if create:
+                continue  # removed between our two opens: try again
+            return None
+        fd, created = opened
+        try:
+            fcntl.flock(fd, lock)
+            if _is_current(fd, path):
+                return LockedFd(fd, created)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # replaced or removed while we waited: closing drops the lock
+    raise OSError(errno.EAGAIN, f"file replaced {_MAX_REOPENS} times while waiting for its lock")
+
+
+def _open(path: Path, flags: int, *, create: bool) -> tuple[int, bool] | None:
+    if create:
+        try:
+            return os.open(path, flags | os.O_CREAT | os.O_EXCL, _FILE_MODE), True
+        except FileExistsError:
+            pass
+    try:
+        return os.open(path, flags), False
+    except FileNotFoundError:
+        return None
+
+
+def _is_current(fd: int, path: Path) -> bool:
+    held = os.fstat(fd)
+    try:
+        current = os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (held.st_ino, held.st_dev) == (current.st_ino, current.st_dev)
+
+
+def append_line(path: Path, line: bytes) -> tuple[int, bool]:
+    """Append ``line`` to ``path`` under its exclusive lock and fsync it.
+
+    If the file ends without a newline (a writer died mid-line), a newline is written first so
+    the torn line is closed and ``line`` stays readable. If the write or the fsync fails, the
+    file is cut back to its previous length, so a failed append leaves no half line behind.
+
+    Returns:
+        The number of bytes appended and whether this call created the file.
+
+    Example:
+        >>> append_line(Path("/tmp/x.capture.jsonl"), b'{"a": 1}\\n')  # doctest: +SKIP
+        (9, True)
+    """
+    flags = os.O_RDWR | os.O_APPEND  # read access to look at the last byte
+    with locked_fd(path, flags, exclusive=True, create=True) as held:
+        if held is None:  # cannot happen with create=True; keeps the type narrow
+            raise FileNotFoundError(errno.ENOENT, "capture file vanished", str(path))
+        size = os.fstat(held.fd).st_size
+        if size and os.pread(held.fd, 1, size - 1) != b"\n":
+            line = b"\n" + line
+        try:
+            write_all(held.fd, line)
+            os.fsync(held.fd)
+        except OSError:
+            # We still hold the lock, so every byte past ``size`` is ours. If the cut fails
+            # too, the original error is what matters; a torn line reads as damaged.
+            with contextlib.suppress(OSError):
+                os.ftruncate(held.fd, size)
+            raise
+        return len(line), held.created
+
+
+def read_locked(path: Path) -> bytes | None:
+    """All bytes of ``path``, read under a shared lock; ``None`` when it does not exist.
+
+    Example:
+        >>> read_locked(Path("/tmp/missing.capture.jsonl")) is None
+        True
+    """
+    with locked_fd(path, os.O_RDONLY, exclusive=False, create=False) as held:
+        if held is None:
+            return None
+        chunks: list[bytes] = []
+        while chunk := os.read(held.fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def unlink_if_present(path: Path) -> bool:
+    """Remove ``path``; a missing file is fine. Tells whether something was removed.
+
+    Example:
+        >>> unlink_if_present(Path("/tmp/missing.capture.incomplete"))
+        False
+    """
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data``, looping on short writes.
+
+    Example:
+        >>> write_all(fd, b'{"a": 1}\\n')  # doctest: +SKIP
+    """
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.EIO, "write returned no progress")
+        view = view[written:]
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make the entries of ``directory`` (created or removed files) durable.
+
+    Example:
+        >>> fsync_dir(Path("/tmp"))
+    """
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def os_reason(exc: OSError) -> str:
+    """Name an OS error briefly, e.g. ``"ENOSPC: No space left on device"``.
+
+    Example:
+        >>> os_reason(OSError(errno.ENOSPC, "No space left on device"))
+        'ENOSPC: No space left on device'
+    """
+    if exc.errno is None:
+        return str(exc)
+    name = errno.errorcode.get(exc.errno, f"errno {exc.errno}")
+    return f"{name}: {exc.strerror or os.strerror(exc.errno)}"

@@ -1,0 +1,93 @@
+"""Usage objects of all three dialects → :class:`TokenStats`.
+
+One mapping serves every dialect, because OpenAI-compatible servers mix the shapes (a vLLM
+Responses body may carry Chat-style details, an Anthropic-compatible proxy may carry OpenAI
+keys):
+
+=================  ==========================  =============================================
+value              OpenAI (Responses / Chat)   Anthropic Messages
+=================  ==========================  =============================================
+tokens_in          input_tokens/prompt_tokens  input_tokens + cache_read + cache_creation
+                   (already include cached)    (Anthropic's input_tokens excludes the cache)
+tokens_out         output/completion_tokens    output_tokens (cumulative, from message_delta)
+tokens_reasoning   *_tokens_details.reasoning  output_tokens_details.thinking_tokens, if any
+tokens_total       total_tokens, else in + out in + out
+cached_tokens      *_tokens_details.cached     cache_read_input_tokens
+cache_creation     *_details.cache_write       cache_creation_input_tokens
+=================  ==========================  =============================================
+
+A value is a count only if it is exactly an ``int`` >= 0; anything else counts as not reported,
+so an unknown stays ``None`` and never turns into 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from capture_core.dialects._facts import EMPTY_TOKENS, TokenStats, count
+
+__all__ = ["token_stats"]
+
+_DETAIL_GROUPS = ("prompt_tokens_details", "input_tokens_details")
+_OUTPUT_GROUPS = ("output_tokens_details", "completion_tokens_details")
+
+
+def _first(*values: int | None) -> int | None:
+    for value in values:
+        if value is not None:
+            return value
+    return None
+
+
+def _detail(usage: Mapping[str, object], groups: tuple[str, ...], *keys: str) -> int | None:
+    for group_name in groups:
+        group = usage.get(group_name)
+        if isinstance(group, Mapping):
+            for key in keys:
+                value = count(group.get(key))
+                if value is not None:
+                    return value
+    return None
+
+
+def token_stats(usage: object) -> TokenStats:
+    """Normalize a usage object of any dialect.
+
+    Example:
+        >>> token_stats({"input_tokens": 100, "output_tokens": 50,
+        ...              "cache_read_input_tokens": 200, "cache_creation_input_tokens": 30})
+        TokenStats(tokens_in=330, tokens_out=50, tokens_reasoning=None, tokens_total=380, \
+cached_tokens=200, cache_creation_tokens=30)
+    """
+    if not isinstance(usage, Mapping):
+        return EMPTY_TOKENS
+    tokens_in = _first(count(usage.get("input_tokens")), count(usage.get("prompt_tokens")))
+    tokens_out = _first(count(usage.get("output_tokens")), count(usage.get("completion_tokens")))
+    cache_read = count(usage.get("cache_read_input_tokens"))
+    cache_creation = count(usage.get("cache_creation_input_tokens"))
+    if cache_read is not None or cache_creation is not None:
+        # Anthropic reports the uncached remainder only: fold the cache back into the prompt.
+        cache_total = (cache_read or 0) + (cache_creation or 0)
+        if tokens_in is not None or cache_total > 0:
+            tokens_in = (tokens_in or 0) + cache_total
+    tokens_total = count(usage.get("total_tokens"))
+    if tokens_total is None and tokens_in is not None and tokens_out is not None:
+        tokens_total = tokens_in + tokens_out
+    reasoning = _first(
+        _detail(usage, _OUTPUT_GROUPS, "reasoning_tokens", "thinking_tokens"),
+        count(usage.get("reasoning_output_tokens")),
+    )
+    cached = _first(
+        _detail(usage, _DETAIL_GROUPS, "cached_tokens", "cached_input_tokens"),
+        cache_read,
+        count(usage.get("cached_input_tokens")),
+    )
+    creation = _first(cache_creation, _detail(usage, _DETAIL_GROUPS, "cache_write_tokens"))
+    return TokenStats(
+        tokens_in=tokens_in,
+        tokens_out=tokens_out,
+        tokens_reasoning=reasoning,
+        tokens_total=tokens_total,
+        cached_tokens=cached,
+        cache_creation_tokens=creation,
+    )
