@@ -32,7 +32,7 @@ def quote_value(value: object) -> str:
     """Quote a possibly hostile value for an error message: escaped, and shortened if long."""
     if isinstance(value, str):
         if len(value) > _MAX_QUOTED:
-            return f"{ascii(value[:_MAX_QUOTED])}... ({len(value)} characters)"
+            return f"{value[:_MAX_QUOTED]!a}... ({len(value)} characters)"
         return ascii(value)
     return f"{type(value).__name__} {ascii(value)[:_MAX_QUOTED]}"
 

@@ -21,9 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "ATTACHMENT_KEY",
+    "PAYLOAD_FIELDS",
     "CaptureRecords",
     "DamagedLine",
-    "PAYLOAD_FIELDS",
     "ErrorCategory",
     "Gap",
     "GapCode",

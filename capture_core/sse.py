@@ -132,8 +132,11 @@ class SSEParser:
         if self._pending:
             self._pending.append(complete)
             complete = b"".join(self._pending)
-        self._pending = [chunk[end + 1 :]] if end + 1 < len(chunk) else []
-        self._skip_lf = complete[-1] == 0x0D
+        if end + 1 < len(chunk):
+            self._pending = [chunk[end + 1 :]]
+        else:
+            self._pending = []
+            self._skip_lf = chunk[end] == 0x0D  # its LF, if any, is in the next chunk
         text = complete.decode("utf-8", "replace")
         if "\r" in text:
             text = text.replace("\r\n", "\n").replace("\r", "\n")

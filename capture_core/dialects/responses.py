@@ -90,7 +90,10 @@ def _tool(item: Mapping[str, Any]) -> ToolCall:
     call_id = item.get("call_id") or item.get("id")
     if kind == "custom_tool_call":  # free-form text input, not JSON
         return tool_call(
-            call_id=call_id, type_=kind, name=item.get("name"), arguments=item.get("input"),
+            call_id=call_id,
+            type_=kind,
+            name=item.get("name"),
+            arguments=item.get("input"),
             parse=False,
         )
     return tool_call(
@@ -197,9 +200,14 @@ class _ItemBuilder:
             item.base["input"] = payload["input"]
 
     def output(self) -> list[dict[str, Any]]:
-        return [self.items[i].build() for i in sorted(self.items) if self.items[i].base
-                or self.items[i].final is not None or self.items[i].content
-                or self.items[i].summary]
+        return [
+            self.items[i].build()
+            for i in sorted(self.items)
+            if self.items[i].base
+            or self.items[i].final is not None
+            or self.items[i].content
+            or self.items[i].summary
+        ]
 
 
 def _grow(part: dict[str, Any], key: str, delta: object, done: object, kind: str) -> None:
@@ -227,9 +235,11 @@ def reassemble(events: Iterable[SSEEvent]) -> dict[str, Any] | None:
                 envelope = response
         if kind == "error":
             inner = payload.get("error")
-            error = dict(inner) if isinstance(inner, Mapping) else {
-                k: payload[k] for k in ("code", "message", "param") if k in payload
-            }
+            error = (
+                dict(inner)
+                if isinstance(inner, Mapping)
+                else {k: payload[k] for k in ("code", "message", "param") if k in payload}
+            )
         elif kind.startswith("response.") and kind not in _ENVELOPES:
             builder.apply(kind, payload)
     output = builder.output()

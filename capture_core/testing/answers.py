@@ -87,8 +87,10 @@ def request_body(
         body = {"model": model, "messages": [{"role": "user", "content": prompt}]}
         if tools:
             body["tools"] = [
-                {"type": "function",
-                 "function": {"name": tool["name"], "parameters": tool["schema"]}}
+                {
+                    "type": "function",
+                    "function": {"name": tool["name"], "parameters": tool["schema"]},
+                }
             ]
         if stream:
             body["stream_options"] = {"include_usage": True}

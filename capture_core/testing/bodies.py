@@ -52,9 +52,7 @@ def responses_output(answer: Answer) -> list[dict[str, Any]]:
                 "type": "message",
                 "status": "incomplete" if answer.truncated_by_length else "completed",
                 "role": "assistant",
-                "content": [
-                    {"type": "output_text", "text": answer.text, "annotations": []}
-                ],
+                "content": [{"type": "output_text", "text": answer.text, "annotations": []}],
             }
         )
     for call in answer.tool_calls:

@@ -18,10 +18,10 @@ from capture_core.testing.streams import response_stream
 __all__ = ["DIALECT_NAMES", "CaptureLineFactory", "capture_line", "torn"]
 
 DIALECT_NAMES: Final = ("responses", "chat", "messages")
-_WORDS: Final = (
+_WORDS: Final = tuple(
     "the answer is option B because the passage states that energy is conserved while "
-    "momentum depends on the frame so we compare each choice against the evidence"
-).split()
+    "momentum depends on the frame so we compare each choice against the evidence".split()
+)
 
 
 def _call_id(*parts: object) -> str:
@@ -51,8 +51,9 @@ def capture_line(
         True
     """
     answer = answer or Answer()
-    request = request_body(dialect, model=answer.model, stream=stream,
-                           tools=bool(answer.tool_calls))
+    request = request_body(
+        dialect, model=answer.model, stream=stream, tools=bool(answer.tool_calls)
+    )
     response: dict[str, Any] | None
     raw: str | None = None
     if status_code >= 400:
@@ -62,8 +63,13 @@ def capture_line(
         body = response_stream(dialect, answer, terminal=terminal)
         rebuilt = reassemble_stream(dialect, body)
         response, raw = rebuilt.response, body.decode()
-        category = classify_outcome(status_code, streaming=True, terminal=rebuilt.terminal,
-                                    parsed=response is not None, body_empty=not body)
+        category = classify_outcome(
+            status_code,
+            streaming=True,
+            terminal=rebuilt.terminal,
+            parsed=response is not None,
+            body_empty=not body,
+        )
     else:
         response = response_body(dialect, answer)
         category = None
@@ -121,8 +127,13 @@ class CaptureLineFactory:
             reasoning = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(5, 40)))
         tools: tuple[ToolCallSpec, ...] = ()
         if rng.random() < 0.25:
-            tools = (ToolCallSpec("lookup", {"query": rng.choice(_WORDS), "k": rng.randint(1, 5)},
-                                  f"call_{self._count}"),)
+            tools = (
+                ToolCallSpec(
+                    "lookup",
+                    {"query": rng.choice(_WORDS), "k": rng.randint(1, 5)},
+                    f"call_{self._count}",
+                ),
+            )
         prompt = rng.randint(40, 4000)
         cached = rng.choice((None, 0, prompt // 2))
         prefix = {"responses": "resp_", "chat": "chatcmpl-", "messages": "msg_"}[dialect]

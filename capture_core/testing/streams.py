@@ -58,28 +58,37 @@ class _Responses:
         elif kind == "reasoning":
             for s, part in enumerate(item["summary"]):
                 empty = {**part, "text": ""}
-                self.emit("response.reasoning_summary_part.added", **ids, summary_index=s,
-                          part=empty)
+                self.emit(
+                    "response.reasoning_summary_part.added", **ids, summary_index=s, part=empty
+                )
                 for delta in pieces(part["text"]):
-                    self.emit("response.reasoning_summary_text.delta", **ids, summary_index=s,
-                              delta=delta)
-                self.emit("response.reasoning_summary_text.done", **ids, summary_index=s,
-                          text=part["text"])
-                self.emit("response.reasoning_summary_part.done", **ids, summary_index=s,
-                          part=part)
+                    self.emit(
+                        "response.reasoning_summary_text.delta", **ids, summary_index=s, delta=delta
+                    )
+                self.emit(
+                    "response.reasoning_summary_text.done",
+                    **ids,
+                    summary_index=s,
+                    text=part["text"],
+                )
+                self.emit("response.reasoning_summary_part.done", **ids, summary_index=s, part=part)
         elif kind == "function_call":
             for delta in pieces(item["arguments"]):
                 self.emit("response.function_call_arguments.delta", **ids, delta=delta)
-            self.emit("response.function_call_arguments.done", **ids,
-                      arguments=item["arguments"])
+            self.emit("response.function_call_arguments.done", **ids, arguments=item["arguments"])
         self.emit("response.output_item.done", output_index=index, item=item)
 
 
 def responses_stream(answer: Answer, *, terminal: bool = True) -> bytes:
     """The Responses SSE stream of ``answer``."""
     final = responses_body(answer)
-    shell = {**final, "status": "in_progress", "incomplete_details": None, "output": [],
-             "usage": None}
+    shell = {
+        **final,
+        "status": "in_progress",
+        "incomplete_details": None,
+        "output": [],
+        "usage": None,
+    }
     out = _Responses()
     out.emit("response.created", response=shell)
     out.emit("response.in_progress", response=shell)
@@ -93,8 +102,12 @@ def responses_stream(answer: Answer, *, terminal: bool = True) -> bytes:
 
 def chat_stream(answer: Answer, *, terminal: bool = True, include_usage: bool = True) -> bytes:
     """The Chat Completions SSE stream of ``answer`` (data-only chunks, then ``[DONE]``)."""
-    head = {"id": answer.response_id, "object": "chat.completion.chunk",
-            "created": answer.created, "model": answer.model}
+    head = {
+        "id": answer.response_id,
+        "object": "chat.completion.chunk",
+        "created": answer.created,
+        "model": answer.model,
+    }
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
@@ -106,8 +119,12 @@ def chat_stream(answer: Answer, *, terminal: bool = True, include_usage: bool = 
     if answer.text:
         chunks += [chunk({"content": p}) for p in pieces(answer.text)]
     for index, call in enumerate(answer.tool_calls):
-        first = {"index": index, "id": call.call_id, "type": "function",
-                 "function": {"name": call.name, "arguments": ""}}
+        first = {
+            "index": index,
+            "id": call.call_id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }
         chunks.append(chunk({"tool_calls": [first]}))
         chunks += [
             chunk({"tool_calls": [{"index": index, "function": {"arguments": p}}]})
@@ -130,9 +147,16 @@ def messages_stream(
     start_usage = {k: v for k, v in usage.items() if k != "output_tokens_details"}
     if start_usage:
         start_usage["output_tokens"] = 1  # the API's placeholder; message_delta has the count
-    shell = {"id": answer.response_id, "type": "message", "role": "assistant", "content": [],
-             "model": answer.model, "stop_reason": None, "stop_sequence": None,
-             "usage": start_usage}
+    shell: dict[str, Any] = {
+        "id": answer.response_id,
+        "type": "message",
+        "role": "assistant",
+        "content": [],
+        "model": answer.model,
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": start_usage,
+    }
 
     def emit(kind: str, **fields: Any) -> bytes:
         return format_event({"type": kind, **fields}, event=kind)
@@ -141,36 +165,60 @@ def messages_stream(
     for index, block in enumerate(messages_content(answer)):
         kind = block["type"]
         if kind == "thinking":
-            chunks.append(emit("content_block_start", index=index,
-                               content_block={"type": "thinking", "thinking": "",
-                                              "signature": ""}))
-            chunks += [emit("content_block_delta", index=index,
-                            delta={"type": "thinking_delta", "thinking": p})
-                       for p in pieces(block["thinking"])]
-            chunks.append(emit("content_block_delta", index=index,
-                               delta={"type": "signature_delta",
-                                      "signature": block["signature"]}))
+            chunks.append(
+                emit(
+                    "content_block_start",
+                    index=index,
+                    content_block={"type": "thinking", "thinking": "", "signature": ""},
+                )
+            )
+            chunks += [
+                emit(
+                    "content_block_delta",
+                    index=index,
+                    delta={"type": "thinking_delta", "thinking": p},
+                )
+                for p in pieces(block["thinking"])
+            ]
+            chunks.append(
+                emit(
+                    "content_block_delta",
+                    index=index,
+                    delta={"type": "signature_delta", "signature": block["signature"]},
+                )
+            )
         elif kind == "text":
-            chunks.append(emit("content_block_start", index=index,
-                               content_block={"type": "text", "text": ""}))
-            chunks += [emit("content_block_delta", index=index,
-                            delta={"type": "text_delta", "text": p})
-                       for p in pieces(block["text"])]
+            chunks.append(
+                emit("content_block_start", index=index, content_block={"type": "text", "text": ""})
+            )
+            chunks += [
+                emit("content_block_delta", index=index, delta={"type": "text_delta", "text": p})
+                for p in pieces(block["text"])
+            ]
         else:
             call = answer.tool_calls[[c.call_id for c in answer.tool_calls].index(block["id"])]
-            chunks.append(emit("content_block_start", index=index,
-                               content_block={**block, "input": {}}))
-            chunks += [emit("content_block_delta", index=index,
-                            delta={"type": "input_json_delta", "partial_json": p})
-                       for p in pieces(call.arguments_json)]
+            chunks.append(
+                emit("content_block_start", index=index, content_block={**block, "input": {}})
+            )
+            chunks += [
+                emit(
+                    "content_block_delta",
+                    index=index,
+                    delta={"type": "input_json_delta", "partial_json": p},
+                )
+                for p in pieces(call.arguments_json)
+            ]
         chunks.append(emit("content_block_stop", index=index))
     delta_usage = {"output_tokens": usage["output_tokens"]} if usage else {}
     if "output_tokens_details" in usage:
         delta_usage["output_tokens_details"] = usage["output_tokens_details"]
-    chunks.append(emit("message_delta",
-                       delta={"stop_reason": messages_stop_reason(answer),
-                              "stop_sequence": None},
-                       usage=delta_usage))
+    chunks.append(
+        emit(
+            "message_delta",
+            delta={"stop_reason": messages_stop_reason(answer), "stop_sequence": None},
+            usage=delta_usage,
+        )
+    )
     if terminal:
         chunks.append(emit("message_stop"))
     return b"".join(chunks)

@@ -180,7 +180,9 @@ def test_truncated_stream_is_marked_and_keeps_its_partial_reassembly(dialect: st
     record = record_of(dialect, answer, stream=True, terminal=False)
     assert record.error_category == "stream_truncated"
     assert record.response is not None
-    assert [c.arguments for c in record.tool_calls] == [dict(c.arguments) for c in answer.tool_calls]
+    assert [c.arguments for c in record.tool_calls] == [
+        dict(c.arguments) for c in answer.tool_calls
+    ]
     assert record.response_id == answer.response_id
 
 
@@ -277,8 +279,17 @@ def test_a_final_block_without_blank_line_is_seen_at_close() -> None:
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
-@pytest.mark.parametrize("body", [b"", b"garbage", b"data: [1, 2]\n\n", b": ping\n\n",
-                                  b"event: ping\ndata: {}\n\n", b"data: [DONE]\n\n"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"garbage",
+        b"data: [1, 2]\n\n",
+        b": ping\n\n",
+        b"event: ping\ndata: {}\n\n",
+        b"data: [DONE]\n\n",
+    ],
+)
 def test_nothing_usable_reassembles_to_none(dialect: str, body: bytes) -> None:
     assert reassemble_stream(dialect, body).response is None
 

@@ -57,6 +57,13 @@ def test_lone_cr_at_chunk_end_followed_by_text() -> None:
     assert feed_all(b"data: x\r", b"data: y\r", b"\r") == [SSEEvent(None, "x\ny")]
 
 
+def test_lf_starting_a_chunk_ends_the_pending_line_after_an_earlier_cr() -> None:
+    # The chunk's last terminator is a CR, but a partial line follows it: the LF that starts
+    # the next chunk terminates that partial line and must not be swallowed as part of a CRLF.
+    assert feed_all(b"data: a\rdata: b", b"\n:c\n\n") == [SSEEvent(None, "a\nb")]
+    assert feed_all(b"data: a\rdata: b", b"\n\n") == [SSEEvent(None, "a\nb")]
+
+
 # --- fields -----------------------------------------------------------------------------------
 
 

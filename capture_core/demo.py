@@ -1,0 +1,174 @@
+"""``make demo``: write a small capture store, read it back, print a per-rollout table.
+
+Until the capture server lands this demo writes through the real :class:`CaptureStore` what the
+server would write: calls of all three dialects (one streamed per dialect, one with a tool call,
+one rate-limited) and one damaged line left by a writer that died mid-line. It then reads the
+store back with the tolerant reader and prints calls, tokens and latency per rollout.
+Run: ``python -m capture_core.demo --out results/demo``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from capture_core.metrics import aggregate_model_call_records
+from capture_core.records import CaptureRecords, RawCaptureLine
+from capture_core.store import CaptureStore
+from capture_core.testing import Answer, ToolCallSpec, capture_line, torn
+
+__all__ = ["main", "write_demo_store"]
+
+_CLOCK = 1786032154.0
+
+
+def _calls() -> dict[str, list[RawCaptureLine]]:
+    think = "Option (A) ignores friction; (B) accounts for it."
+    lookup = ToolCallSpec("lookup", {"query": "coefficient of friction", "k": 2}, "call_lookup")
+    plan: dict[str, list[tuple[str, Answer, bool, int]]] = {
+        "0-0": [
+            ("responses", Answer(reasoning=think, reasoning_tokens=12), False, 200),
+            ("responses", Answer(text="", tool_calls=(lookup,), response_id="resp_124"), True, 200),
+        ],
+        "1-0": [
+            (
+                "chat",
+                Answer(response_id="chatcmpl-1", cached_tokens=64, input_tokens=512),
+                False,
+                200,
+            ),
+            (
+                "chat",
+                Answer(response_id="chatcmpl-2", reasoning=think, reasoning_tokens=9),
+                True,
+                200,
+            ),
+        ],
+        "2-0": [
+            (
+                "messages",
+                Answer(
+                    response_id="msg_1",
+                    reasoning=think,
+                    cached_tokens=80,
+                    cache_creation_tokens=20,
+                    input_tokens=300,
+                ),
+                True,
+                200,
+            ),
+            ("messages", Answer(response_id="msg_2"), False, 429),
+        ],
+    }
+    lines: dict[str, list[RawCaptureLine]] = {}
+    clock = _CLOCK
+    for rollout_id, calls in plan.items():
+        for index, (dialect, answer, stream, status) in enumerate(calls):
+            latency = 420.0 + 310.5 * index + 97.25 * len(lines)
+            lines.setdefault(rollout_id, []).append(
+                capture_line(
+                    dialect,
+                    answer,
+                    stream=stream,
+                    status_code=status,
+                    started_at=clock,
+                    latency_ms=latency,
+                    ttft_ms=round(latency / 4, 2) if status == 200 else None,
+                )
+            )
+            clock += latency / 1000 + 0.5
+    return lines
+
+
+def write_demo_store(root: Path) -> CaptureStore:
+    """Write the demo rollouts (replacing earlier demo files) and return the store."""
+    store = CaptureStore(root)
+    for rollout_id, lines in _calls().items():
+        store.clear(rollout_id)
+        for number, line in enumerate(lines):
+            store.record(rollout_id, line)
+            if rollout_id == "1-0" and number == 0:
+                # A writer killed mid-line leaves a torn tail; the next append closes it.
+                with store.path_for(rollout_id).open("ab") as handle:
+                    handle.write(torn(line, 0.4))
+    return store
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "—"  # unknown: the provider did not report it
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def format_table(results: Sequence[CaptureRecords]) -> str:
+    """A plain-text table: one row per rollout."""
+    header = (
+        "rollout",
+        "dialects",
+        "calls",
+        "damaged",
+        "errors",
+        "tok in",
+        "tok out",
+        "reasoning",
+        "cached",
+        "latency ms",
+        "ttft p50 ms",
+    )
+    rows = [header]
+    for result in results:
+        metrics = aggregate_model_call_records(result.records)
+        ttfts = sorted(r.latency_ttft_ms for r in result.records if r.latency_ttft_ms is not None)
+        rows.append(
+            (
+                result.rollout_id,
+                ",".join(sorted({r.dialect or "?" for r in result.records})),
+                _cell(metrics.num_calls),
+                _cell(len(result.damaged)),
+                _cell(sum(r.error_category is not None for r in result.records)),
+                _cell(metrics.tokens_in),
+                _cell(metrics.tokens_out),
+                _cell(metrics.tokens_reasoning),
+                _cell(metrics.cached_tokens),
+                _cell(metrics.latency_total_ms),
+                _cell(ttfts[(len(ttfts) - 1) // 2] if ttfts else None),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = [
+        "  ".join(
+            cell.rjust(width) if i else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--out", type=Path, default=Path("results/demo"))
+    args = parser.parse_args(argv)
+    store = write_demo_store(args.out.resolve() / "model-calls")
+    results = [store.read_records(rollout_id) for rollout_id in store.rollout_ids()]
+    print("Captured model calls per rollout ('—' = not reported by the provider):\n")
+    print(format_table(results))
+    for result in results:
+        for damaged in result.damaged:
+            print(
+                f"\ndamaged: {damaged.path}:{damaged.line_number} "
+                f"(call_index {damaged.call_index}): {damaged.reason}"
+            )
+    print(f"\nCapture files are in {store.root}")
+    for rollout_id in store.rollout_ids():
+        print(f"  {store.path_for(rollout_id).name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import capture_core
+import capture_core.testing
+import ngcapture_viz
+
+HEAVY = ("polars", "plotly", "ipywidgets", "wandb")
+
+
+def _isort_key(name: str) -> tuple[int, str]:
+    """Constants, then classes, then functions (the order ruff's RUF022 keeps)."""
+    return (0 if name.isupper() else 1 if name[0].isupper() else 2, name)
+
+
+def test_public_names_are_sorted_and_exist() -> None:
+    for module in (capture_core, capture_core.testing, ngcapture_viz):
+        names = list(module.__all__)
+        assert names == sorted(names, key=_isort_key), module.__name__
+        for name in names:
+            assert hasattr(module, name), f"{module.__name__}.{name}"
+
+
+def test_import_capture_core_stays_light() -> None:
+    code = (
+        "import sys, json, capture_core, capture_core.testing; "
+        f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert json.loads(out.stdout) == []
+    # The check means something only if the heavy packages are installed: prove they import.
+    probe = "import polars, plotly, ipywidgets; print('ok')"
+    installed = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert installed.stdout.strip() == "ok", installed.stderr

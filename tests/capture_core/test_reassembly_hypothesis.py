@@ -1,0 +1,140 @@
+"""Property tests: chunking never changes what a stream means; hostile input never raises."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from typing import Any
+
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from capture_core import (
+    CaptureStore,
+    InvalidRecordError,
+    SSEParser,
+    TerminalDetector,
+    extract_response,
+    get_dialect,
+    normalize_line,
+    parse_sse,
+    reassemble_stream,
+)
+from capture_core.testing import Answer, ToolCallSpec, capture_line, response_stream
+
+DIALECTS = st.sampled_from(["responses", "chat", "messages"])
+TEXT = st.text(st.characters(blacklist_categories=["Cs"]), max_size=40)
+JSON_SCALARS = (
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False) | TEXT
+)
+JSON = st.recursive(
+    JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
+    max_leaves=20,
+)
+ARGS = st.dictionaries(st.text("abcxyz", min_size=1, max_size=5), JSON, max_size=3)
+
+
+@st.composite
+def answers(draw: st.DrawFn) -> Answer:
+    calls = draw(st.lists(ARGS, max_size=2))
+    return Answer(
+        text=draw(TEXT),
+        reasoning=draw(st.none() | TEXT.filter(bool)),
+        tool_calls=tuple(
+            ToolCallSpec(f"tool{i}", args, f"call_{i}") for i, args in enumerate(calls)
+        ),
+        input_tokens=draw(st.integers(0, 10**6)),
+        output_tokens=draw(st.integers(0, 10**5)),
+        cached_tokens=draw(st.none() | st.integers(0, 100)),
+        truncated_by_length=draw(st.booleans()),
+        report_usage=draw(st.booleans()),
+    )
+
+
+def chunked(body: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(body) + 1) for c in cuts})
+    bounds = [0, *points, len(body)]
+    return [body[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    dialect=DIALECTS,
+    answer=answers(),
+    terminal=st.booleans(),
+    cuts=st.lists(st.integers(0, 10**6), max_size=30),
+)
+def test_any_chunking_gives_the_same_events_and_reassembly(
+    dialect: str, answer: Answer, terminal: bool, cuts: list[int]
+) -> None:
+    body = response_stream(dialect, answer, terminal=terminal)
+    whole = parse_sse(body)
+    parser, detector, events = SSEParser(), TerminalDetector(dialect), []
+    for piece in chunked(body, cuts):
+        events.extend(parser.feed(piece))
+        detector.feed(piece)
+    events.extend(parser.close())
+    assert events == whole
+    spec = get_dialect(dialect)
+    assert spec.reassemble(events) == spec.reassemble(whole)
+    rebuilt = reassemble_stream(dialect, body)
+    assert detector.close() == rebuilt.terminal
+    assert (rebuilt.terminal is not None) == terminal
+    facts = extract_response(dialect, rebuilt.response)
+    assert [c.name for c in facts.tool_calls] == [c.name for c in answer.tool_calls]
+    assert [c.arguments for c in facts.tool_calls] == [
+        orjson.loads(c.arguments_json) for c in answer.tool_calls
+    ]
+    assert (facts.reasoning or None) == (answer.reasoning or None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(dialect=DIALECTS, data=st.binary(max_size=400))
+def test_arbitrary_bytes_never_raise_out_of_reassembly(dialect: str, data: bytes) -> None:
+    rebuilt = reassemble_stream(dialect, data)
+    assert rebuilt.response is None or isinstance(rebuilt.response, dict)
+    extract_response(dialect, rebuilt.response)
+
+
+@settings(max_examples=300, deadline=None)
+@given(dialect=DIALECTS, events=st.lists(st.tuples(st.none() | TEXT, JSON), max_size=8))
+def test_arbitrary_json_events_never_raise(dialect: str, events: list[tuple[Any, Any]]) -> None:
+    body = b"".join(
+        (b"event: " + name.replace("\n", " ").replace("\r", " ").encode() + b"\n" if name else b"")
+        + b"data: "
+        + orjson.dumps(payload)
+        + b"\n\n"
+        for name, payload in events
+    )
+    rebuilt = reassemble_stream(dialect, body)
+    extract_response(dialect, rebuilt.response)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=JSON, response=JSON, dialect=DIALECTS | TEXT)
+def test_arbitrary_json_lines_normalize_or_raise_invalid_record(
+    value: Any, response: Any, dialect: str
+) -> None:
+    for candidate in (value, {"model_call_id": "c", "dialect": dialect, "response": response}):
+        with contextlib.suppress(InvalidRecordError):
+            normalize_line(candidate, 0)
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.binary(max_size=600), valid_after=st.booleans())
+def test_arbitrary_file_bytes_never_raise_out_of_the_reader(
+    tmp_path_factory: Any, data: bytes, valid_after: bool
+) -> None:
+    store = CaptureStore(tmp_path_factory.mktemp("fuzz"))
+    store.path_for("r-0").write_bytes(data)
+    if valid_after:
+        store.record("r-0", capture_line("chat", Answer()))
+    result = store.read_records("r-0")
+    indexes = [r.call_index for r in result.records] + [d.call_index for d in result.damaged]
+    assert sorted(indexes) == list(range(len(indexes)))
+    if valid_after:
+        assert result.records and result.records[-1].call_index == len(indexes) - 1
