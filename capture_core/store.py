@@ -246,7 +246,9 @@ class CaptureStore:
         path = self.path_for(rollout_id)
         marker = self.marker_path(rollout_id)
         try:
-            with locked_fd(path, os.O_RDONLY, exclusive=True, create=False) as held:
+            # Write access: on NFS, flock is emulated with POSIX locks, and an exclusive
+            # POSIX lock needs a descriptor open for writing.
+            with locked_fd(path, os.O_WRONLY, exclusive=True, create=False) as held:
                 removed = held is not None and unlink_if_present(path)
             removed = unlink_if_present(marker) or removed
             if removed:
@@ -254,7 +256,7 @@ class CaptureStore:
         except OSError as exc:
             raise CaptureStoreError(
                 f"could not clear the capture of rollout {rollout_id!r}: {os_reason(exc)}",
-                path=path,
+                path=Path(exc.filename) if isinstance(exc.filename, str) else path,
             ) from exc
         return removed
 

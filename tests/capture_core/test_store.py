@@ -315,6 +315,48 @@ def test_arbitrary_bytes_never_raise_in_tolerant_mode(store: CaptureStore, conte
     assert len(records.records) + len(records.damaged) == len(non_blank)
 
 
+_JSON_LEAF = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6)
+)
+_BODY_KEYS = st.sampled_from(
+    ["usage", "choices", "output", "content", "model", "id", "status", "error", "type", "delta"]
+)
+_JSON = st.recursive(
+    _JSON_LEAF,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(max_size=6) | _BODY_KEYS, inner, max_size=4)
+    ),
+    max_leaves=15,
+)
+_KNOWN = ["model_ref", "started_at", "completed_at", "latency_ms", "latency_ttft_ms"]
+_KNOWN += ["status_code", "error_category", "request", "response", "request_raw", "response_raw"]
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    row=st.fixed_dictionaries(
+        {
+            "model_call_id": st.just("c" * 32) | _JSON,
+            "dialect": st.sampled_from(["chat", "responses", "messages", "x"]) | _JSON,
+        },
+        optional=dict.fromkeys(_KNOWN, _JSON),
+    )
+)
+def test_any_json_object_is_a_record_or_damaged(store: CaptureStore, row: dict[str, Any]) -> None:
+    store.path_for(RID).write_bytes(_jl(row) + b"\n" + _jl(_line()) + b"\n")
+    records = store.read_records(RID)
+    assert [r.call_index for r in records.records][-1] == 1
+    assert len(records.records) + len(records.damaged) == 2
+    assert all(d.call_index == 0 and d.reason for d in records.damaged)
+
+
 # --- serialization failures ---------------------------------------------------------------
 
 
@@ -585,3 +627,14 @@ def test_writer_that_opened_before_clear_writes_to_the_new_file(
     assert errors == []
     read = store.read(RID, strict=True)
     assert [e.data for e in read.entries] == [late]
+
+
+def test_clear_failure_names_the_file(store: CaptureStore) -> None:
+    store.marker_path(RID).mkdir()  # a directory where the marker should be
+    (store.marker_path(RID) / "keep").write_bytes(b"")
+    store.record(RID, _line())
+    with pytest.raises(CaptureStoreError) as info:
+        store.clear(RID)
+    assert info.value.path == store.marker_path(RID)
+    assert "EISDIR" in str(info.value) or "EPERM" in str(info.value)
+    assert not store.path_for(RID).exists()  # the data file was still removed
