@@ -40,10 +40,10 @@ def chat_completions_body(target: int = TARGET_BYTES) -> bytes:
         parts.append(event)
         size += len(event.encode())
         i += 1
+    usage = f'{{"prompt_tokens":31,"completion_tokens":{i},"total_tokens":{i + 31}}}'
     parts.append(
         'data: {"id":"chatcmpl-9f2c1a7b","object":"chat.completion.chunk","choices":[],'
-        '"usage":{"prompt_tokens":31,"completion_tokens":%d,"total_tokens":%d}}\n\n'
-        "data: [DONE]\n\n" % (i, i + 31)
+        f'"usage":{usage}}}\n\ndata: [DONE]\n\n'
     )
     return "".join(parts).encode()
 

@@ -28,6 +28,7 @@ __all__ = ["SSEEvent", "SSEParser", "format_event", "format_events", "parse_sse"
 _BOM: Final = b"\xef\xbb\xbf"
 # ASCII digits only (str.isdigit() takes any script); a longer value is ignored, not int()-ed.
 _RETRY: Final = re.compile(r"[0-9]{1,18}")
+_WHOLE_BODY_SLICE: Final = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,17 +78,7 @@ class SSEParser:
         []
     """
 
-    __slots__ = (
-        "_at_start",
-        "_bytes_seen",
-        "_data",
-        "_event",
-        "_has_field",
-        "_id",
-        "_pending",
-        "_retry",
-        "_skip_lf",
-    )
+    __slots__ = ("_at_start", "_block", "_bytes_seen", "_pending", "_skip_lf")
 
     def __init__(self) -> None:
         self._bytes_seen = 0
@@ -96,12 +87,10 @@ class SSEParser:
     def _reset(self) -> None:
         self._at_start = True  # no byte after a possible BOM seen yet
         self._pending: list[bytes] = []  # bytes of the current line, which has no terminator yet
-        self._skip_lf = False  # the last line ended with CR: an LF starting the next chunk is its
-        self._data: list[str] = []
-        self._event: str | None = None
-        self._id: str | None = None
-        self._retry: int | None = None
-        self._has_field = False
+        self._skip_lf = False  # the last chunk ended with CR, so an LF opening the next is its pair
+        # The open block: data lines, event, id, retry, and whether it has a dispatching field.
+        self._block: tuple[list[str], str | None, str | None, int | None, bool]
+        self._block = ([], None, None, None, False)
 
     @property
     def bytes_seen(self) -> int:
@@ -142,27 +131,19 @@ class SSEParser:
             text = text.replace("\r\n", "\n").replace("\r", "\n")
         lines = text.split("\n")
         lines.pop()  # the empty string after the last terminator
-        out: list[SSEEvent] = []
-        self._parse_lines(lines, out)
-        return out
+        return self._parse_lines(lines)
 
     def close(self) -> list[SSEEvent]:
         """End the stream: parse an unterminated last line and emit a block left open."""
-        out: list[SSEEvent] = []
         lines = [b"".join(self._pending).decode("utf-8", "replace")] if self._pending else []
         lines.append("")  # the blank line the server may have left out
-        self._parse_lines(lines, out)
+        out = self._parse_lines(lines)
         self._reset()
         return out
 
-    def _parse_lines(self, lines: list[str], out: list[SSEEvent]) -> None:
-        data, event, id_, retry, has_field = (
-            self._data,
-            self._event,
-            self._id,
-            self._retry,
-            self._has_field,
-        )
+    def _parse_lines(self, lines: list[str]) -> list[SSEEvent]:
+        out: list[SSEEvent] = []
+        data, event, id_, retry, has_field = self._block
         for line in lines:
             if line[:5] == "data:":  # the hot path
                 data.append(line[6:] if line[5:6] == " " else line[5:])
@@ -196,13 +177,8 @@ class SSEParser:
                     has_field = True
             elif name == "retry" and _RETRY.fullmatch(value):
                 retry = int(value)
-        self._data, self._event, self._id, self._retry, self._has_field = (
-            data,
-            event,
-            id_,
-            retry,
-            has_field,
-        )
+        self._block = (data, event, id_, retry, has_field)
+        return out
 
 
 def parse_sse(body: bytes | str) -> list[SSEEvent]:
@@ -217,7 +193,10 @@ def parse_sse(body: bytes | str) -> list[SSEEvent]:
     if isinstance(body, str):
         body = body.encode("utf-8", "surrogatepass")
     parser = SSEParser()
-    return parser.feed(body) + parser.close()
+    events: list[SSEEvent] = []
+    for start in range(0, len(body), _WHOLE_BODY_SLICE):  # slices beat one huge decode + split
+        events += parser.feed(body[start : start + _WHOLE_BODY_SLICE])
+    return events + parser.close()
 
 
 def format_event(

@@ -46,6 +46,14 @@ def test_crlf_split_across_chunks_is_one_line_end() -> None:
     assert parser.close() == []
 
 
+def test_only_one_lf_is_absorbed_after_a_chunk_ending_in_cr() -> None:
+    parser = SSEParser()
+    assert parser.feed(b"data: a\r") == []
+    assert parser.feed(b"") == []
+    assert parser.feed(b"\n") == []
+    assert parser.feed(b"\n") == [SSEEvent(None, "a")]
+
+
 def test_cr_then_lf_chunk_after_blank_line_does_not_dispatch_twice() -> None:
     assert feed_all(b"data: x\r\n\r", b"\n", b"data: y\r", b"\r") == [
         SSEEvent(None, "x"),
@@ -85,9 +93,7 @@ def test_event_and_data() -> None:
 
 
 def test_last_event_field_wins_and_is_stripped() -> None:
-    assert parse_sse(b"event: first\nevent:   second \t\ndata: x\n\n") == [
-        SSEEvent("second", "x")
-    ]
+    assert parse_sse(b"event: first\nevent:   second \t\ndata: x\n\n") == [SSEEvent("second", "x")]
 
 
 def test_event_without_data_is_dispatched_with_empty_data() -> None:
@@ -243,7 +249,9 @@ def test_format_event_exact_bytes() -> None:
     assert format_event({"a": 1, "b": [True, None]}, event="ping") == (
         b'event: ping\ndata: {"a":1,"b":[true,null]}\n\n'
     )
-    assert format_event("a\n\nb", event="e", id="3") == b"event: e\nid: 3\ndata: a\ndata:\ndata: b\n\n"
+    assert format_event("a\n\nb", event="e", id="3") == (
+        b"event: e\nid: 3\ndata: a\ndata:\ndata: b\n\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -401,6 +409,18 @@ def test_anthropic_messages_stream() -> None:
 def test_realistic_streams_chunked_equal_whole(stream: bytes, size: int) -> None:
     chunks = [stream[i : i + size] for i in range(0, len(stream), size)]
     assert feed_all(*chunks) == parse_sse(stream)
+
+
+@pytest.mark.parametrize("shift", range(4))
+def test_large_body_crosses_internal_slices_exactly(shift: int) -> None:
+    # parse_sse feeds big bodies in 64 KiB slices; put a CRLF and a 4-byte character on the seams.
+    event = "data: 🙂 x\r\n\r\n".encode()  # 17 bytes: slice seams fall at every offset in turn
+    body = b"." * shift + b"\n" + event * 20_000
+    single = SSEParser()
+    expected = single.feed(body) + single.close()
+    assert len(expected) == 20_000
+    assert set(expected) == {SSEEvent(None, "🙂 x")}
+    assert parse_sse(body) == expected
 
 
 def test_truncated_stream_keeps_complete_events_and_flushes_the_last_on_close() -> None:

@@ -3,6 +3,7 @@ parse back exactly, and the serializer's output is a normal form."""
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from hypothesis import given, settings
@@ -18,15 +19,15 @@ FRAGMENTS = [
     b"id: ", b"retry:", b"retry: ", b":", b" ", b"\t", b"x", b"1", b"[DONE]", b"{}", b"\x00",
     b"\xef\xbb\xbf", b"\xef", b"\xbb", b"\xc3", b"\xa9", b"\xf0\x9f", b"\x99\x82", b"\xff",
 ]  # fmt: skip
-sse_soup = st.lists(
-    st.one_of(st.sampled_from(FRAGMENTS), st.binary(max_size=3)), max_size=60
-).map(b"".join)
+sse_soup = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.binary(max_size=3)), max_size=60).map(
+    b"".join
+)
 any_body = st.one_of(st.binary(max_size=200), sse_soup)
 
 
 def split_at(body: bytes, cuts: list[int]) -> list[bytes]:
     bounds = [0, *sorted(cuts), len(body)]
-    return [body[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    return [body[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def feed_chunks(chunks: list[bytes]) -> list[SSEEvent]:
@@ -142,7 +143,7 @@ def sse_streams(draw: st.DrawFn) -> tuple[bytes, list[SSEEvent]]:
         # After a lone CR, an empty line ended by LF would read as one CRLF: not well formed.
         choices = ["\r", "\r\n"] if previous == "\r" and not line else ["\n", "\r\n", "\r"]
         last = index == len(lines) - 1
-        previous = draw(st.sampled_from(choices + [""] if last else choices))
+        previous = draw(st.sampled_from([*choices, ""] if last else choices))
         chunks += [line, previous]
     return "".join(chunks).encode(), [event for event, _ in pairs]
 
