@@ -26,7 +26,13 @@ from typing import Any, Final
 
 import orjson
 
-from capture_core._lines import RawEntry, damaged_entry, damaged_error, parse_capture
+from capture_core._lines import (
+    RawEntry,
+    damaged_entry,
+    damaged_error,
+    parse_capture,
+    paused_gc,
+)
 from capture_core._locking import (
     append_line,
     fsync_dir,
@@ -187,7 +193,8 @@ class CaptureStore:
             ) from exc
         if content is None:
             return CaptureRead(path, [], [], file_exists=False)
-        entries, damaged = parse_capture(content, path)
+        with paused_gc():
+            entries, damaged = parse_capture(content, path)
         if strict and damaged:
             raise damaged_error(damaged[0])
         return CaptureRead(path, entries, damaged, file_exists=True)
@@ -210,11 +217,12 @@ class CaptureStore:
         raw = self.read(rollout_id)
         records: list[ModelCallRecord] = []
         damaged = list(raw.damaged)
-        for entry in raw.entries:
-            try:
-                records.append(normalize_line(entry.data, entry.call_index))
-            except InvalidRecordError as exc:
-                damaged.append(damaged_entry(raw.path, entry, exc.reason))
+        with paused_gc():
+            for entry in raw.entries:
+                try:
+                    records.append(normalize_line(entry.data, entry.call_index))
+                except InvalidRecordError as exc:
+                    damaged.append(damaged_entry(raw.path, entry, exc.reason))
         damaged.sort(key=lambda line: line.call_index)
         if strict and damaged:
             raise damaged_error(damaged[0])
