@@ -1,0 +1,105 @@
+"""The ``ngcapture`` command.
+
+``ngcapture worker`` runs the simulated inference worker; ``ngcapture serve`` runs the capture
+model server in front of an upstream worker. Both listen on loopback by default, print the URL
+they listen on (``--port 0`` picks a free port) and stop cleanly on SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+logger = logging.getLogger("ngcapture")
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+def _run(app: Any, *, name: str, host: str, port: int, port_file: Path | None) -> int:
+    import uvicorn
+
+    sock = _bind(host, port)
+    bound = sock.getsockname()[1]
+    url = f"http://{host}:{bound}"
+    if port_file is not None:
+        port_file.write_text(f"{bound}\n")
+    print(f"ngcapture {name} listening on {url}", flush=True)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=10)
+    uvicorn.Server(config).run(sockets=[sock])
+    print(f"ngcapture {name} stopped", flush=True)
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from capture_core.testing.worker import SimulatedWorker, WorkerConfig
+
+    config = WorkerConfig(seed=args.seed, ttft_ms=args.ttft_ms, ms_per_token=args.ms_per_token)
+    return _run(SimulatedWorker(config), name="worker", host=args.host, port=args.port,
+                port_file=args.port_file)  # fmt: skip
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from capture_core.server import CaptureSettings, create_app
+
+    directory = args.capture_dir.resolve() if args.capture_dir else None
+    settings = CaptureSettings(
+        observability_enabled=directory is not None,
+        model_call_capture_dir=directory,
+        upstream_url=args.upstream,
+        model_server_name=args.model_server_name,
+    )
+    if directory is not None:
+        print(f"capturing model calls into {directory}", flush=True)
+    return _run(create_app(settings), name="capture server", host=args.host, port=args.port,
+                port_file=args.port_file)  # fmt: skip
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ngcapture", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def listen(command: argparse.ArgumentParser, default_port: int) -> None:
+        command.add_argument("--host", default="127.0.0.1")
+        command.add_argument("--port", type=int, default=default_port, help="0 = any free port")
+        command.add_argument("--port-file", type=Path, help="write the bound port here")
+
+    worker = sub.add_parser("worker", help="run the simulated inference worker")
+    listen(worker, 8001)
+    worker.add_argument("--seed", type=int, default=0)
+    worker.add_argument("--ttft-ms", type=float, default=15.0)
+    worker.add_argument("--ms-per-token", type=float, default=0.2)
+    worker.set_defaults(handler=_worker)
+
+    serve = sub.add_parser("serve", help="run the capture model server")
+    listen(serve, 8000)
+    serve.add_argument("--upstream", required=True, help="base URL of the inference worker")
+    serve.add_argument("--capture-dir", type=Path, help="capture directory (omit: no capture)")
+    serve.add_argument("--model-server-name", default="policy_model")
+    serve.set_defaults(handler=_serve)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ngcapture`` console script."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    result: int = args.handler(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""``create_app(settings)``: the capture model server as one ASGI app.
+
+Layout: :class:`CaptureMiddleware` (outermost, strips prefixes and captures) → a small
+dispatcher serving ``/ngcapture/metrics`` and ``/ngcapture/health`` itself and forwarding
+everything else to the :class:`UpstreamProxy`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.types import Message, Receive, Scope, Send
+
+from capture_core.server.counters import CaptureCounters
+from capture_core.server.middleware import CaptureMiddleware
+from capture_core.server.proxy import UpstreamProxy
+from capture_core.server.settings import CaptureSettings
+from capture_core.store import CaptureStore
+
+__all__ = ["CaptureApp", "create_app"]
+
+logger = logging.getLogger(__name__)
+
+METRICS_PATH = "/ngcapture/metrics"
+HEALTH_PATH = "/ngcapture/health"
+DRAIN_ON_SHUTDOWN_S = 30.0
+
+
+class CaptureApp:
+    """The ASGI app made by :func:`create_app`; its parts stay reachable for tests and tools.
+
+    Attributes:
+        settings: the settings it was made with.
+        store: the capture store, or ``None`` when capture is off.
+        counters: the process's capture counters.
+        middleware: the capture middleware (outermost layer).
+    """
+
+    def __init__(self, settings: CaptureSettings) -> None:
+        self.settings = settings
+        directory = settings.capture_dir
+        self.store = CaptureStore(directory) if directory is not None else None
+        self.counters = CaptureCounters()
+        self.proxy = UpstreamProxy(settings)
+        self.middleware = CaptureMiddleware(
+            self._dispatch,
+            store=self.store,
+            model_server_name=settings.model_server_name,
+            counters=self.counters,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        await self.middleware(scope, receive, send)
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path")
+        if path == METRICS_PATH:
+            await _plain(send, self.counters.prometheus(), b"text/plain; version=0.0.4")
+        elif path == HEALTH_PATH:
+            await _plain(send, "ok\n", b"text/plain")
+        else:
+            await self.proxy(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message: Message = await receive()
+            if message["type"] == "lifespan.startup":
+                where = self.store.root if self.store else "off"
+                logger.info("capture server up; upstream %s; capture %s",
+                            self.settings.upstream_url, where)  # fmt: skip
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                left = await self.middleware.drain(DRAIN_ON_SHUTDOWN_S)
+                if left:
+                    logger.warning("%d capture write(s) still running at shutdown", left)
+                await self.proxy.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+async def _plain(send: Send, text: str, content_type: bytes) -> None:
+    body = text.encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", content_type),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def create_app(settings: CaptureSettings | None = None) -> CaptureApp:
+    """Make the capture server app (settings default to the ``NGCAPTURE_*`` environment).
+
+    Example:
+        >>> app = create_app(CaptureSettings(upstream_url="http://127.0.0.1:8001"))
+        >>> app.store is None  # capture is opt-in
+        True
+    """
+    return CaptureApp(settings or CaptureSettings())

@@ -1,0 +1,52 @@
+"""Capture counters, exposed in Prometheus text format at ``GET /ngcapture/metrics``."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+__all__ = ["CaptureCounters"]
+
+_HELP = {
+    "calls_captured": ("counter", "Model calls whose capture line was written."),
+    "bytes_written": ("counter", "Bytes appended to capture files."),
+    "capture_failures": ("counter", "Model calls whose capture could not be written."),
+    "invalid_rollout_ids": ("counter", "Prefixed requests served uncaptured: invalid rollout id."),
+    "uncaptured_requests": ("counter", "Requests forwarded without capture."),
+    "writes_outstanding": ("gauge", "Capture writes started and not yet durable."),
+}
+
+
+@dataclass
+class CaptureCounters:
+    """Thread-safe counters of one capture server process."""
+
+    calls_captured: int = 0
+    bytes_written: int = 0
+    capture_failures: int = 0
+    invalid_rollout_ids: int = 0
+    uncaptured_requests: int = 0
+    writes_outstanding: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, name: str, amount: int = 1) -> None:
+        """Add ``amount`` (may be negative for the gauge) to counter ``name``."""
+        with self._lock:
+            setattr(self, name, getattr(self, name) + amount)
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {name: getattr(self, name) for name in _HELP}
+
+    def prometheus(self) -> str:
+        """The counters in Prometheus text exposition format 0.0.4."""
+        lines: list[str] = []
+        for name, value in self.snapshot().items():
+            kind, help_text = _HELP[name]
+            metric = f"ngcapture_{name}" + ("_total" if kind == "counter" else "")
+            lines += [
+                f"# HELP {metric} {help_text}",
+                f"# TYPE {metric} {kind}",
+                f"{metric} {value}",
+            ]
+        return "\n".join(lines) + "\n"

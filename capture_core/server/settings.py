@@ -1,0 +1,108 @@
+"""Capture server settings: one pydantic-settings class, every field an ``NGCAPTURE_*`` variable.
+
+Other entry points than benchmark jobs are opt-in: capture is off unless
+``NGCAPTURE_OBSERVABILITY_ENABLED=true``, and then ``NGCAPTURE_MODEL_CALL_CAPTURE_DIR`` must be
+an absolute path. :func:`benchmark_capture_settings` gives benchmark jobs their default:
+capture on, under ``<job_dir>/model-calls/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["CaptureSettings", "benchmark_capture_settings"]
+
+DEFAULT_CAPTURE_SUBDIR: Final = "model-calls"
+
+
+class CaptureSettings(BaseSettings):
+    """Everything the capture server needs; read from ``NGCAPTURE_*`` environment variables.
+
+    Example:
+        >>> CaptureSettings(observability_enabled=True, model_call_capture_dir="/tmp/mc",
+        ...                 upstream_url="http://127.0.0.1:8001").capture_dir
+        PosixPath('/tmp/mc')
+    """
+
+    model_config = SettingsConfigDict(env_prefix="NGCAPTURE_", extra="ignore")
+
+    observability_enabled: bool = False
+    model_call_capture_dir: Path | None = None
+    upstream_url: str = Field(
+        default="http://127.0.0.1:8001", description="base URL of the inference worker"
+    )
+    upstream_responses_url: str | None = Field(
+        default=None, description="override for /v1/responses"
+    )
+    upstream_chat_url: str | None = Field(default=None, description="override for chat completions")
+    upstream_messages_url: str | None = Field(default=None, description="override for /v1/messages")
+    model_server_name: str | None = Field(default="policy_model", description="for model_ref")
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+    read_timeout_s: float = Field(default=600.0, gt=0)
+    write_timeout_s: float = Field(default=60.0, gt=0)
+    max_connections: int = Field(default=512, ge=1)
+
+    @model_validator(mode="after")
+    def _capture_dir_when_enabled(self) -> CaptureSettings:
+        if not self.observability_enabled:
+            return self
+        if self.model_call_capture_dir is None:
+            raise ValueError(
+                "model_call_capture_dir is required when observability_enabled is true "
+                "(set NGCAPTURE_MODEL_CALL_CAPTURE_DIR to an absolute path)"
+            )
+        if not self.model_call_capture_dir.is_absolute():
+            raise ValueError(
+                "model_call_capture_dir must be an absolute path, got "
+                f"{str(self.model_call_capture_dir)!r}"
+            )
+        return self
+
+    @property
+    def capture_dir(self) -> Path | None:
+        """The capture directory when capture is on, else ``None``."""
+        return self.model_call_capture_dir if self.observability_enabled else None
+
+    def upstream_for(self, dialect: str | None) -> str:
+        """The upstream base URL serving ``dialect`` (the default one for other paths)."""
+        override = {
+            "responses": self.upstream_responses_url,
+            "chat": self.upstream_chat_url,
+            "messages": self.upstream_messages_url,
+        }.get(dialect or "")
+        return (override or self.upstream_url).rstrip("/")
+
+
+def benchmark_capture_settings(
+    job_dir: str | Path, run: Mapping[str, Any] | None = None, **overrides: Any
+) -> CaptureSettings:
+    """Capture settings of one benchmark job: on by default, under ``<job_dir>/model-calls``.
+
+    ``run`` is the benchmark's ``run`` block: ``observability_enabled: false`` opts out;
+    ``model_call_capture_dir`` moves the directory and must be absolute (a relative one raises
+    a ``ValueError`` that says so).
+
+    Example:
+        >>> benchmark_capture_settings("/jobs/mcqa").capture_dir
+        PosixPath('/jobs/mcqa/model-calls')
+    """
+    run = run or {}
+    enabled = run.get("observability_enabled", True)
+    if not isinstance(enabled, bool):
+        raise ValueError(f"observability_enabled must be true or false, got {enabled!r}")
+    directory = run.get("model_call_capture_dir")
+    if directory is None:
+        job = Path(job_dir)
+        if enabled and not job.is_absolute():
+            raise ValueError(f"the job directory must be absolute, got {str(job)!r}")
+        directory = job / DEFAULT_CAPTURE_SUBDIR
+    elif not Path(directory).is_absolute():
+        raise ValueError(f"model_call_capture_dir must be an absolute path, got {str(directory)!r}")
+    return CaptureSettings(
+        observability_enabled=enabled, model_call_capture_dir=Path(directory), **overrides
+    )
