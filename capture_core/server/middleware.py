@@ -5,7 +5,8 @@ path is captured. Request and response bytes are copied as they pass; non-termin
 to the client at once, while the stream's terminal event and the final body message are held
 until the capture line is durable (or its write failed). The write runs in a worker thread as
 its own task: if the request is cancelled (client gone, server stopping) the write still lands,
-and while it is in flight a pending marker makes it visible to other processes.
+and until it has landed a pending marker (written when the call starts) makes the call visible
+to other processes sharing the directory.
 """
 
 from __future__ import annotations
@@ -146,6 +147,10 @@ class _CapturedCall:
             else:
                 await send(message)
 
+        # The call is pending from now until its line is durable; the marker is written off
+        # the event loop without delaying the request.
+        self.owner.counters.add("writes_outstanding")
+        self.marked = asyncio.ensure_future(asyncio.to_thread(self._mark))
         self.t0 = time.perf_counter()
         self.exchange.started_at = time.time()
         try:
@@ -197,8 +202,17 @@ class _CapturedCall:
         exchange.transport_error = self.scope.get("state", {}).get(TRANSPORT_ERROR_KEY)
 
     def _start_write(self, failure: BaseException | None) -> asyncio.Future[None]:
-        self.owner.counters.add("writes_outstanding")
-        return asyncio.ensure_future(asyncio.to_thread(self._write, failure))
+        async def write() -> None:
+            await self.marked  # never raises: _mark guards itself
+            await asyncio.to_thread(self._write, failure)
+
+        return asyncio.ensure_future(write())
+
+    def _mark(self) -> None:
+        _guard(
+            lambda: mark_pending(self.store.root, self.rollout_id, self.exchange.model_call_id),
+            "mark the capture pending",
+        )
 
     async def _record(self, write: asyncio.Future[None]) -> None:
         self.owner.detach(write)
@@ -209,7 +223,6 @@ class _CapturedCall:
         counters, root = self.owner.counters, self.store.root
         call_id = self.exchange.model_call_id
         try:
-            _guard(lambda: mark_pending(root, self.rollout_id, call_id), "mark the write pending")
             written = self.store.record(self.rollout_id, self.exchange.line(failure))
             counters.add("calls_captured")
             counters.add("bytes_written", written)
