@@ -15,20 +15,25 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import sse_parse, store_io
+from benchmarks import capture_overhead, sse_parse, store_io
 
-SUITES = {"sse_parse": sse_parse.run, "store_io": store_io.run}
+SUITES = {
+    "capture_overhead": capture_overhead.run,
+    "sse_parse": sse_parse.run,
+    "store_io": store_io.run,
+}
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| benchmark | variant | n | median s | throughput | × floor |",
-        "|---|---|---:|---:|---:|---:|",
+        "| benchmark | variant | n | median s | throughput | × reference | detail |",
+        "|---|---|---:|---:|---:|---:|---|",
     ]
     for row in rows:
         lines.append(
             f"| {row['benchmark']} | {row['variant']} | {row['n']:,} | {row['median_s']:.4f} "
-            f"| {row['per_s']:,.1f} {row['unit']} | {row['ratio_vs_floor']:.2f} |"
+            f"| {row['per_s']:,.1f} {row['unit']} | {row['ratio_vs_floor']:.2f} "
+            f"| {row.get('detail', '')} |"
         )
     return "\n".join(lines) + "\n"
 
