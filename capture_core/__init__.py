@@ -30,6 +30,7 @@ from capture_core.exceptions import (
     DamagedLineError,
     InvalidRecordError,
     InvalidRolloutIdError,
+    LineEncodingError,
 )
 from capture_core.ids import (
     MAX_ROLLOUT_ID_LENGTH,
@@ -47,7 +48,12 @@ from capture_core.metrics import (
     read_model_call_records,
 )
 from capture_core.normalize import normalize_line, validate_raw_line
-from capture_core.outcome import classify_exception, classify_outcome, classify_status
+from capture_core.outcome import (
+    classify_exception,
+    classify_outcome,
+    classify_response,
+    classify_status,
+)
 from capture_core.records import (
     ATTACHMENT_KEY,
     PAYLOAD_FIELDS,
@@ -86,6 +92,7 @@ __all__ = [
     "GapCode",
     "InvalidRecordError",
     "InvalidRolloutIdError",
+    "LineEncodingError",
     "ModelCallCaptureAttachment",
     "ModelCallMetrics",
     "ModelCallRecord",
@@ -104,6 +111,7 @@ __all__ = [
     "aggregate_model_call_records",
     "classify_exception",
     "classify_outcome",
+    "classify_response",
     "classify_status",
     "dialect_for_path",
     "extract_response",

@@ -20,7 +20,14 @@ import orjson
 from capture_core.exceptions import DamagedLineError
 from capture_core.records import DamagedLine
 
-__all__ = ["RawEntry", "damaged_entry", "damaged_error", "parse_capture", "paused_gc"]
+__all__ = [
+    "RawEntry",
+    "damaged_entry",
+    "damaged_error",
+    "json_kind",
+    "parse_capture",
+    "paused_gc",
+]
 
 _BLANK: Final = b" \t\r"
 TORN_REASON: Final = "torn line at end of file (no newline)"
@@ -105,10 +112,11 @@ def _parse(line: bytes, *, unterminated: bool) -> tuple[object, str]:
         return None, TORN_REASON if unterminated else f"not valid JSON: {exc}"
     if isinstance(value, dict):
         return value, ""
-    return None, f"{_json_kind(value)}, not an object"
+    return None, f"{json_kind(value)}, not an object"
 
 
-def _json_kind(value: object) -> str:
+def json_kind(value: object) -> str:
+    """How to name a JSON value that is not an object, in an error message."""
     if isinstance(value, list):
         return "a JSON array"
     if isinstance(value, str):

@@ -67,7 +67,10 @@ def locked_fd(
         ...                exclusive=False, create=False) as held:
         ...     pass
     """
-    held = _open_current(path, flags | os.O_CLOEXEC, exclusive=exclusive, create=create)
+    # O_NOFOLLOW: a symlink planted at a capture path must not redirect writes elsewhere.
+    held = _open_current(
+        path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, exclusive=exclusive, create=create
+    )
     if held is None:
         yield None
         return

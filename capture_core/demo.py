@@ -1,9 +1,11 @@
-"""``make demo``: write a small capture store, read it back, print a per-rollout table.
+"""``make demo``: real model calls through the capture server, then a per-rollout table.
 
-Until the capture server lands this demo writes through the real :class:`CaptureStore` what the
-server would write: calls of all three dialects (one streamed per dialect, one with a tool call,
-one rate-limited) and one damaged line left by a writer that died mid-line. It then reads the
-store back with the tolerant reader and prints calls, tokens and latency per rollout.
+Starts the simulated inference worker and the capture server on free loopback ports (no keys,
+no network), sends calls of all three dialects through the official ``openai`` and
+``anthropic`` SDKs (some streamed, one tool call, one injected 429), reads the capture store
+back and prints calls, tokens and latency per rollout, then stops both processes and says where
+the files are. ``--offline`` instead writes the store directly (no processes), including a
+damaged line, to show what the tolerant reader reports.
 Run: ``python -m capture_core.demo --out results/demo``.
 """
 
@@ -150,20 +152,100 @@ def format_table(results: Sequence[CaptureRecords]) -> str:
     return "\n".join(lines)
 
 
+def _live_calls(server_url: str) -> list[str]:
+    """A handful of SDK calls per dialect through the capture server; returns what happened."""
+    import anthropic
+    import openai
+
+    prompt = "Which option is correct? (A) 1 (B) 2"
+    tools = [
+        {
+            "type": "function",
+            "name": "lookup",
+            "description": "Look a fact up.",
+            "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+        }
+    ]
+    chat_tools = [{"type": "function", "function": {k: v for k, v in tools[0].items()
+                                                     if k != "type"}}]  # fmt: skip
+    notes: list[str] = []
+
+    def oai(rollout_id: str) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{server_url}/ng-rollout/{rollout_id}/v1",
+                             api_key="demo", max_retries=0, timeout=60)  # fmt: skip
+
+    def claude(rollout_id: str) -> anthropic.Anthropic:
+        return anthropic.Anthropic(base_url=f"{server_url}/ng-rollout/{rollout_id}",
+                                   api_key="demo", max_retries=0, timeout=60)  # fmt: skip
+
+    client = oai("0-0")
+    client.responses.create(model="sim-model-1", input=prompt)
+    with client.responses.stream(model="sim-model-1", input=prompt,
+                                 reasoning={"effort": "low"}) as stream:  # fmt: skip
+        stream.get_final_response()
+    client = oai("1-0")
+    done = client.chat.completions.create(
+        model="sim-model-1",
+        tools=chat_tools,  # type: ignore[arg-type]
+        messages=[{"role": "user", "content": prompt}],
+    )
+    calls = done.choices[0].message.tool_calls or []
+    names = [c.function.name if c.type == "function" else c.custom.name for c in calls]
+    notes.append(f"1-0: chat asked for tool(s) {names}")
+    chunks = client.chat.completions.create(
+        model="sim-model-1", messages=[{"role": "user", "content": prompt}], stream=True,
+        stream_options={"include_usage": True},
+    )  # fmt: skip
+    for _ in chunks:
+        pass
+    messages = claude("2-0")
+    messages.messages.create(model="sim-model-2", max_tokens=256,
+                             messages=[{"role": "user", "content": prompt}])  # fmt: skip
+    with messages.messages.stream(
+        model="sim-model-2", max_tokens=2048, messages=[{"role": "user", "content": prompt}],
+        thinking={"type": "enabled", "budget_tokens": 1024},
+    ) as message_stream:  # fmt: skip
+        message_stream.get_final_message()
+    try:
+        oai("3-0").chat.completions.create(
+            model="sim-model-1", messages=[{"role": "user", "content": prompt}],
+            extra_headers={"x-ngcapture-fault": "429"},
+        )  # fmt: skip
+    except openai.RateLimitError as exc:
+        notes.append(f"3-0: the injected 429 reached the client unchanged ({exc.status_code})")
+    return notes
+
+
+def run_live(out: Path) -> CaptureStore:
+    """Start worker and capture server, make the calls, stop both; return the store."""
+    from capture_core.testing.processes import run_capture_server, run_worker
+
+    store = CaptureStore(out)
+    for rollout_id in ("0-0", "1-0", "2-0", "3-0"):
+        store.clear(rollout_id)
+    with run_worker(seed=0) as worker, run_capture_server(worker.url, out) as server:
+        print(f"worker on {worker.url}, capture server on {server.url}\n")
+        for note in _live_calls(server.url):
+            print(note)
+    print("(both processes stopped)\n")
+    return store
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--out", type=Path, default=Path("results/demo"))
+    parser.add_argument("--offline", action="store_true",
+                        help="write the store directly, without worker and server")  # fmt: skip
     args = parser.parse_args(argv)
-    store = write_demo_store(args.out.resolve() / "model-calls")
+    root = args.out.resolve() / "model-calls"
+    store = write_demo_store(root) if args.offline else run_live(root)
     results = [store.read_records(rollout_id) for rollout_id in store.rollout_ids()]
     print("Captured model calls per rollout ('—' = not reported by the provider):\n")
     print(format_table(results))
     for result in results:
         for damaged in result.damaged:
-            print(
-                f"\ndamaged: {damaged.path}:{damaged.line_number} "
-                f"(call_index {damaged.call_index}): {damaged.reason}"
-            )
+            print(f"\ndamaged: {damaged.path}:{damaged.line_number} "
+                  f"(call_index {damaged.call_index}): {damaged.reason}")  # fmt: skip
     print(f"\nCapture files are in {store.root}")
     for rollout_id in store.rollout_ids():
         print(f"  {store.path_for(rollout_id).name}")

@@ -7,6 +7,7 @@ carries the context a caller needs to act on it::
     ├── InvalidRolloutIdError   (also a ValueError)  .rollout_id, .rule
     ├── InvalidRecordError      (also a ValueError)  .reason
     └── CaptureStoreError                            .path
+        ├── LineEncodingError                        .path
         └── DamagedLineError                         .path, .line_number, .call_index, .reason
 
 Third-party errors (``OSError`` from the disk, ``orjson.JSONDecodeError``) are translated into
@@ -23,6 +24,7 @@ __all__ = [
     "DamagedLineError",
     "InvalidRecordError",
     "InvalidRolloutIdError",
+    "LineEncodingError",
 ]
 
 _MAX_QUOTED = 80
@@ -77,6 +79,14 @@ class CaptureStoreError(CaptureError):
     def __init__(self, message: str, *, path: Path) -> None:
         self.path = path
         super().__init__(f"{message} ({path})")
+
+
+class LineEncodingError(CaptureStoreError):
+    """A capture line could not be encoded as one JSON line; nothing was written.
+
+    Attributes:
+        path: the capture file it was meant for.
+    """
 
 
 class DamagedLineError(CaptureStoreError):

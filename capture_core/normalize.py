@@ -13,6 +13,7 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
+from capture_core._lines import json_kind
 from capture_core.dialects import extract_response
 from capture_core.exceptions import InvalidRecordError
 from capture_core.records import ModelCallRecord, RawCaptureLine, utc_from_unix
@@ -23,7 +24,7 @@ __all__ = ["normalize_line", "validate_raw_line"]
 def validate_raw_line(data: object) -> RawCaptureLine:
     """Validate a parsed JSON value as a raw capture line, or raise ``InvalidRecordError``."""
     if not isinstance(data, dict):
-        raise InvalidRecordError(f"a capture line must be a JSON object, not {_json_kind(data)}")
+        raise InvalidRecordError(f"a capture line must be a JSON object, not {json_kind(data)}")
     try:
         return RawCaptureLine.model_validate(data)
     except ValidationError as exc:
@@ -101,11 +102,6 @@ def _timestamp(value: float | None) -> datetime | None:
         return utc_from_unix(value)
     except ValueError as exc:
         raise InvalidRecordError(str(exc)) from None
-
-
-def _json_kind(value: object) -> str:
-    kinds = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
-    return kinds.get(type(value), "a number")
 
 
 def _describe(exc: ValidationError) -> str:

@@ -3,18 +3,27 @@
 Precedence, first match wins: the HTTP status (>= 400); the stream's in-band terminal
 (``error`` → ``upstream_error``, ``incomplete`` → ``incomplete``); a successful stream that
 ended without its terminal event → ``stream_truncated`` (its partial reassembly is kept); a
-non-empty body that could not be read as an object → ``capture_parse_error``. Otherwise the call
-succeeded and the category is ``None``.
+non-empty body that could not be read as an object → ``capture_parse_error``; then what the
+final object itself says, the same for a streamed and a non-streamed call: an error object or
+a failed Response → ``upstream_error``, a model stopped by a limit (Responses ``incomplete``,
+Chat ``length``/``content_filter``, Anthropic ``max_tokens``) → ``incomplete``. Otherwise the
+call succeeded and the category is ``None``.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
+from typing import Any, Final
 
-from capture_core.dialects import TerminalKind
+from capture_core.dialects import TerminalKind, extract_response
 from capture_core.records import ErrorCategory
 
-__all__ = ["classify_exception", "classify_outcome", "classify_status"]
+__all__ = ["classify_exception", "classify_outcome", "classify_response", "classify_status"]
+
+_LIMIT_REASONS: Final = frozenset(
+    {"length", "content_filter", "max_tokens", "model_context_window_exceeded"}
+)
 
 
 def classify_status(status: int | None) -> ErrorCategory | None:
@@ -51,13 +60,31 @@ def classify_exception(exc: BaseException) -> ErrorCategory:
     return ErrorCategory.EXCEPTION
 
 
+def classify_response(dialect: str | None, response: Mapping[str, Any]) -> ErrorCategory | None:
+    """What a final response object says about how the call ended.
+
+    Example:
+        >>> classify_response("chat", {"choices": [{"finish_reason": "length"}]})
+        <ErrorCategory.INCOMPLETE: 'incomplete'>
+    """
+    facts = extract_response(dialect, response)
+    if facts.response_status == "failed" or response.get("type") == "error":
+        return ErrorCategory.UPSTREAM_ERROR
+    if facts.response_status is None and response.get("error"):
+        return ErrorCategory.UPSTREAM_ERROR
+    if facts.response_status == "incomplete" or facts.finish_reason in _LIMIT_REASONS:
+        return ErrorCategory.INCOMPLETE
+    return None
+
+
 def classify_outcome(
     status: int | None,
     *,
     streaming: bool,
     terminal: TerminalKind | None,
-    parsed: bool,
+    response: Mapping[str, Any] | None,
     body_empty: bool,
+    dialect: str | None = None,
 ) -> ErrorCategory | None:
     """The category of a call that returned (the exception path uses classify_exception).
 
@@ -65,8 +92,9 @@ def classify_outcome(
         status: the HTTP status the client received, if any.
         streaming: whether the response was an SSE stream.
         terminal: the stream's first terminal event kind, if one was seen.
-        parsed: whether the body was read (or reassembled) into a JSON object.
+        response: the body read (or the stream reassembled) as a JSON object, if it was.
         body_empty: whether the response body was empty.
+        dialect: the call's dialect, to read ``response``.
     """
     by_status = classify_status(status)
     if by_status is not None:
@@ -77,6 +105,6 @@ def classify_outcome(
         return ErrorCategory.INCOMPLETE
     if streaming and terminal is None and status is not None:
         return ErrorCategory.STREAM_TRUNCATED
-    if not body_empty and not parsed:
-        return ErrorCategory.CAPTURE_PARSE_ERROR
-    return None
+    if response is None:
+        return None if body_empty else ErrorCategory.CAPTURE_PARSE_ERROR
+    return classify_response(dialect, response)

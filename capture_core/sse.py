@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
@@ -28,6 +28,11 @@ __all__ = ["SSEEvent", "SSEParser", "format_event", "format_events", "parse_sse"
 _BOM: Final = b"\xef\xbb\xbf"
 # ASCII digits only (str.isdigit() takes any script); a longer value is ignored, not int()-ed.
 _RETRY: Final = re.compile(r"[0-9]{1,18}")
+_UNPARSED: Final = object()
+_LONE_SURROGATE: Final = re.compile(
+    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
 _WHOLE_BODY_SLICE: Final = 64 * 1024
 
 
@@ -46,20 +51,35 @@ class SSEEvent:
     data: str
     id: str | None = None
     retry: int | None = None
+    _parsed: Any = field(default=_UNPARSED, init=False, repr=False, compare=False)
 
     def json(self) -> Any:
-        """Return ``data`` parsed as JSON, or None if it is empty, ``[DONE]`` or not JSON.
+        """Return ``data`` parsed as JSON (parsed once, then remembered), or None if it is
+        empty, ``[DONE]`` or not JSON.
 
         Example:
             >>> SSEEvent(None, '{"a": 1}').json(), SSEEvent(None, "[DONE]").json()
             ({'a': 1}, None)
         """
+        if self._parsed is _UNPARSED:
+            object.__setattr__(self, "_parsed", self._parse())
+        return self._parsed
+
+    def _parse(self) -> Any:
         data = self.data
         if not data or data == "[DONE]":
             return None
         try:
             return orjson.loads(data)
-        except orjson.JSONDecodeError:  # a ValueError; also covers lone surrogates
+        except orjson.JSONDecodeError:  # a ValueError
+            pass
+        if "\\u" not in data:
+            return None
+        # JSON may escape a lone surrogate (a character split across two events by a server
+        # that cut UTF-16); orjson refuses it. Replace each one with U+FFFD and keep the rest.
+        try:
+            return orjson.loads(_LONE_SURROGATE.sub(r"\\ufffd", data))
+        except orjson.JSONDecodeError:
             return None
 
 

@@ -41,7 +41,7 @@ from capture_core._locking import (
     read_locked,
     unlink_if_present,
 )
-from capture_core.exceptions import CaptureStoreError, InvalidRecordError
+from capture_core.exceptions import CaptureStoreError, InvalidRecordError, LineEncodingError
 from capture_core.ids import is_valid_rollout_id, validate_rollout_id
 from capture_core.normalize import normalize_line
 from capture_core.records import CaptureRecords, DamagedLine, ModelCallRecord, RawCaptureLine
@@ -350,7 +350,7 @@ def _serialize(line: RawCaptureLine | Mapping[str, Any], path: Path) -> bytes:
         else:
             raise TypeError(f"a capture line must be a mapping, not {type(line).__name__}")
     except (TypeError, ValueError) as exc:
-        raise CaptureStoreError(f"could not serialize a capture line: {exc}", path=path) from exc
+        raise LineEncodingError(f"could not serialize a capture line: {exc}", path=path) from exc
     if payload.find(b"\n") != len(payload) - 1:
-        raise CaptureStoreError("a serialized capture line spans several lines", path=path)
+        raise LineEncodingError("a serialized capture line spans several lines", path=path)
     return payload

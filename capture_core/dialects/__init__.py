@@ -99,11 +99,19 @@ def extract_response(dialect: str | None, response: Mapping[str, Any] | None) ->
 
 @dataclass(frozen=True, slots=True)
 class StreamReassembly:
-    """A stored stream read back: the rebuilt object (or ``None``) and how the stream ended."""
+    """A stored stream read back.
+
+    Attributes:
+        response: the rebuilt non-streaming object, or ``None`` if nothing usable came.
+        terminal: how the stream ended, or ``None`` without a terminal event (truncated).
+        events: how many events the stream had.
+        skipped: events whose data was not JSON (``[DONE]`` and empty data not counted).
+    """
 
     response: dict[str, Any] | None
     terminal: TerminalKind | None
     events: int
+    skipped: int = 0
 
 
 def reassemble_stream(dialect: str, body: bytes | str) -> StreamReassembly:
@@ -119,7 +127,8 @@ def reassemble_stream(dialect: str, body: bytes | str) -> StreamReassembly:
         terminal = spec.terminal_kind(event)
         if terminal is not None:
             break
-    return StreamReassembly(spec.reassemble(events), terminal, len(events))
+    skipped = sum(1 for e in events if e.data not in ("", "[DONE]") and e.json() is None)
+    return StreamReassembly(spec.reassemble(events), terminal, len(events), skipped)
 
 
 class TerminalDetector:

@@ -9,6 +9,7 @@ from typing import Any, Final, Literal
 import orjson
 
 from capture_core.records import ToolCall
+from capture_core.sse import SSEEvent
 
 __all__ = [
     "EMPTY_TOKENS",
@@ -17,6 +18,7 @@ __all__ = [
     "TokenStats",
     "count",
     "error_fields",
+    "event_type",
     "join_text",
     "nonempty_str",
     "opt_str",
@@ -27,6 +29,9 @@ TerminalKind = Literal["complete", "incomplete", "error"]
 
 # Token counts become Polars Int64 downstream; anything larger cannot be a real count.
 _MAX_COUNT: Final = 2**63 - 1
+# Deeper tool arguments are kept as raw text: JSON encoders stop near 255 levels, and an
+# attachment nests arguments a few levels down.
+MAX_ARGUMENT_DEPTH: Final = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +71,31 @@ def count(value: object) -> int | None:
     return None
 
 
+def event_type(event: SSEEvent, payload: object) -> str | None:
+    """An event's type: its ``event:`` name, else the ``type`` of its JSON data."""
+    if event.event is not None:
+        return event.event
+    if isinstance(payload, Mapping):
+        kind = payload.get("type")
+        if isinstance(kind, str):
+            return kind
+    return None
+
+
+def too_deep(value: object, limit: int = MAX_ARGUMENT_DEPTH) -> bool:
+    """Whether a parsed JSON value nests more than ``limit`` levels (iterative, no recursion)."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+    return False
+
+
 def opt_str(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -96,6 +126,11 @@ def tool_call(
                 parsed = orjson.loads(text)
             except orjson.JSONDecodeError:
                 parsed, raw, failed = None, text, True
+            else:
+                if too_deep(parsed):
+                    parsed, raw, failed = None, text, True
+    elif isinstance(arguments, dict | list) and too_deep(arguments):
+        parsed, failed = None, True
     return ToolCall.model_construct(
         call_id=opt_str(call_id),
         type=opt_str(type_),

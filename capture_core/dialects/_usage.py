@@ -50,12 +50,18 @@ def _detail(usage: Mapping[str, object], groups: tuple[str, ...], *keys: str) ->
     return None
 
 
-def token_stats(usage: object) -> TokenStats:
-    """Normalize a usage object of any dialect.
+def token_stats(usage: object, dialect: str | None = None) -> TokenStats:
+    """Normalize a usage object.
+
+    Anthropic's ``input_tokens`` excludes the cache, so the cache counts are folded back into
+    ``tokens_in`` for ``messages`` (and, for an unknown dialect, when the usage has no
+    ``prompt_tokens``). OpenAI-style counts already include the cache: never folded there,
+    even when a gateway adds Anthropic's cache keys to a chat usage object.
 
     Example:
         >>> token_stats({"input_tokens": 100, "output_tokens": 50,
-        ...              "cache_read_input_tokens": 200, "cache_creation_input_tokens": 30})
+        ...              "cache_read_input_tokens": 200, "cache_creation_input_tokens": 30},
+        ...             "messages")
         TokenStats(tokens_in=330, tokens_out=50, tokens_reasoning=None, tokens_total=380, \
 cached_tokens=200, cache_creation_tokens=30)
     """
@@ -65,14 +71,17 @@ cached_tokens=200, cache_creation_tokens=30)
     tokens_out = _first(count(usage.get("output_tokens")), count(usage.get("completion_tokens")))
     cache_read = count(usage.get("cache_read_input_tokens"))
     cache_creation = count(usage.get("cache_creation_input_tokens"))
-    if cache_read is not None or cache_creation is not None:
+    anthropic = dialect == "messages" or (
+        dialect not in ("responses", "chat") and "prompt_tokens" not in usage
+    )
+    if anthropic and (cache_read is not None or cache_creation is not None):
         # Anthropic reports the uncached remainder only: fold the cache back into the prompt.
         cache_total = (cache_read or 0) + (cache_creation or 0)
         if tokens_in is not None or cache_total > 0:
             tokens_in = (tokens_in or 0) + cache_total
     tokens_total = count(usage.get("total_tokens"))
     if tokens_total is None and tokens_in is not None and tokens_out is not None:
-        tokens_total = tokens_in + tokens_out
+        tokens_total = count(tokens_in + tokens_out)
     reasoning = _first(
         _detail(usage, _OUTPUT_GROUPS, "reasoning_tokens", "thinking_tokens"),
         count(usage.get("reasoning_output_tokens")),

@@ -69,7 +69,7 @@ def extract(response: Mapping[str, Any]) -> ResponseFacts:
         response_id=opt_str(response.get("id")),
         model=nonempty_str(response.get("model")),
         finish_reason=opt_str(choices[0].get("finish_reason")) if choices else None,
-        tokens=token_stats(response.get("usage")),
+        tokens=token_stats(response.get("usage"), NAME),
         tool_calls=tuple(tools),
         reasoning=join_text(reasoning),
         error_code=code,
@@ -148,10 +148,26 @@ class _Choice:
             if isinstance(call, Mapping):
                 self._tool_fragment(call)
 
-    def _tool_fragment(self, call: Mapping[str, Any]) -> None:
+    def _slot_index(self, call: Mapping[str, Any]) -> int:
+        """The slot a fragment belongs to. Some servers omit ``index``: then a known ``id``
+        names its slot, a new ``id`` or name opens one, and a bare fragment continues the last.
+        """
         index = call.get("index")
+        if type(index) is int:
+            return index
+        call_id = call.get("id")
+        for slot_index, slot in self.tool_calls.items():
+            if call_id and slot["id"] == call_id:
+                return slot_index
+        function = call.get("function")
+        named = isinstance(function, Mapping) and bool(function.get("name"))
+        if self.tool_calls and not call_id and not named:
+            return max(self.tool_calls)
+        return max(self.tool_calls, default=-1) + 1
+
+    def _tool_fragment(self, call: Mapping[str, Any]) -> None:
         slot = self.tool_calls.setdefault(
-            index if type(index) is int else len(self.tool_calls),
+            self._slot_index(call),
             {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
         )
         if isinstance(call.get("id"), str) and call["id"]:

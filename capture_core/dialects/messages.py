@@ -19,6 +19,7 @@ from capture_core.dialects._facts import (
     ResponseFacts,
     TerminalKind,
     error_fields,
+    event_type,
     join_text,
     nonempty_str,
     opt_str,
@@ -38,18 +39,10 @@ _TOOL_BLOCKS: Final = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
 _APPENDED: Final = {"text_delta": "text", "thinking_delta": "thinking"}
 
 
-def _event_type(event: SSEEvent, payload: object) -> str | None:
-    if event.event is not None:
-        return event.event
-    if isinstance(payload, Mapping) and isinstance(payload.get("type"), str):
-        return str(payload["type"])
-    return None
-
-
 def terminal_kind(event: SSEEvent) -> TerminalKind | None:
     """``message_stop`` completes a stream, ``error`` ends it in error."""
     payload = None if event.event is not None else event.json()
-    return _TERMINALS.get(_event_type(event, payload) or "")
+    return _TERMINALS.get(event_type(event, payload) or "")
 
 
 def extract(response: Mapping[str, Any]) -> ResponseFacts:
@@ -79,7 +72,7 @@ def extract(response: Mapping[str, Any]) -> ResponseFacts:
         response_id=opt_str(response.get("id")),
         model=nonempty_str(response.get("model")),
         finish_reason=opt_str(response.get("stop_reason")),
-        tokens=token_stats(response.get("usage")),
+        tokens=token_stats(response.get("usage"), NAME),
         tool_calls=tuple(tools),
         reasoning=join_text(thinking),
         error_code=code,
@@ -104,7 +97,10 @@ class _Message:
         if kind == "message_start" and isinstance(payload.get("message"), Mapping):
             message = payload["message"]
             self.shell = {k: v for k, v in message.items() if k not in ("content", "usage")}
-            self._merge_usage(message.get("usage"))
+            usage = message.get("usage")
+            if isinstance(usage, Mapping):
+                # message_start's output_tokens is a placeholder; message_delta has the count.
+                self._merge_usage({k: v for k, v in usage.items() if k != "output_tokens"})
         elif kind == "content_block_start":
             block = payload.get("content_block")
             index = _index(payload, len(self.blocks))
@@ -123,7 +119,8 @@ class _Message:
 
     def _merge_usage(self, usage: object) -> None:
         if isinstance(usage, Mapping):
-            self.usage.update(usage)  # later keys win: output_tokens is cumulative
+            # Later values win (output_tokens is cumulative); a null means "not repeated here".
+            self.usage.update({k: v for k, v in usage.items() if v is not None})
 
     def _delta(self, index: int, delta: Mapping[str, Any]) -> None:
         block = self.blocks.setdefault(index, {})
@@ -138,7 +135,7 @@ class _Message:
         elif kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
             self.partial_json.setdefault(index, []).append(delta["partial_json"])
         elif kind == "citations_delta" and "citation" in delta:
-            block.setdefault("citations", []).append(delta["citation"])
+            block["citations"] = [*block.get("citations", []), delta["citation"]]
 
     def build(self) -> dict[str, Any] | None:
         if self.shell is None and not self.blocks and self.error is None:
@@ -172,5 +169,5 @@ def reassemble(events: Iterable[SSEEvent]) -> dict[str, Any] | None:
     for event in events:
         payload = event.json()
         if isinstance(payload, Mapping):
-            message.apply(_event_type(event, payload) or "", payload)
+            message.apply(event_type(event, payload) or "", payload)
     return message.build()

@@ -17,6 +17,7 @@ from capture_core.dialects._facts import (
     ResponseFacts,
     TerminalKind,
     error_fields,
+    event_type,
     join_text,
     nonempty_str,
     opt_str,
@@ -41,19 +42,11 @@ _ENVELOPES: Final = frozenset({"response.completed", "response.incomplete", "res
 _TOOL_ITEMS: Final = frozenset({"function_call", "custom_tool_call", "mcp_call"})
 
 
-def _event_type(event: SSEEvent, payload: object) -> str | None:
-    if isinstance(payload, Mapping):
-        kind = payload.get("type")
-        if isinstance(kind, str):
-            return kind
-    return event.event
-
-
 def terminal_kind(event: SSEEvent) -> TerminalKind | None:
     """The terminal kind of one event (``event:`` name, or the data's ``type``), else None."""
     if event.event is not None:
         return _TERMINALS.get(event.event)
-    return _TERMINALS.get(_event_type(event, event.json()) or "")
+    return _TERMINALS.get(event_type(event, event.json()) or "")
 
 
 def extract(response: Mapping[str, Any]) -> ResponseFacts:
@@ -77,7 +70,7 @@ def extract(response: Mapping[str, Any]) -> ResponseFacts:
         model=nonempty_str(response.get("model")),
         response_status=opt_str(response.get("status")),
         finish_reason=finish,
-        tokens=token_stats(response.get("usage")),
+        tokens=token_stats(response.get("usage"), NAME),
         tool_calls=tuple(tools),
         reasoning=join_text(reasoning),
         error_code=code,
@@ -227,7 +220,7 @@ def reassemble(events: Iterable[SSEEvent]) -> dict[str, Any] | None:
         payload = event.json()
         if not isinstance(payload, dict):
             continue
-        kind = _event_type(event, payload) or ""
+        kind = event_type(event, payload) or ""
         response = payload.get("response")
         if isinstance(response, dict):
             latest = response

@@ -75,11 +75,15 @@ class Exchange:
     latency_ms: float | None = None
     ttft_ms: float | None = None
 
-    def line(self, failure: BaseException | None = None) -> dict[str, Any]:
-        """The raw capture line, keys in the spec's order."""
+    def line(self, failure: BaseException | None = None, *, objects: bool = True) -> dict[str, Any]:
+        """The raw capture line, keys in the spec's order.
+
+        ``objects=False`` keeps both bodies as raw text only: the fallback for bodies that
+        parse but cannot be encoded again (JSON nested deeper than the encoder allows).
+        """
         request_body = b"".join(self.request_chunks)
         response_body = _decoded(b"".join(self.response_chunks), self.content_encoding)
-        request = _json_object(request_body)
+        request = _json_object(request_body) if objects else None
         response: dict[str, Any] | None = None
         status = self.status_code
         if failure is not None:
@@ -93,17 +97,18 @@ class Exchange:
         else:
             if self.streaming:
                 rebuilt = reassemble_stream(self.dialect, response_body)
-                response = rebuilt.response
+                response = rebuilt.response if objects else None
                 terminal = self.terminal or rebuilt.terminal
             else:
-                response = _json_object(response_body)
+                response = _json_object(response_body) if objects else None
                 terminal = None
             outcome = classify_outcome(
                 status,
                 streaming=self.streaming,
                 terminal=terminal,
-                parsed=response is not None,
+                response=response,
                 body_empty=not response_body,
+                dialect=self.dialect,
             )
             category = self.transport_error or (outcome.value if outcome else None)
         line: dict[str, Any] = {

@@ -21,7 +21,7 @@ from typing import Final
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from capture_core.dialects import TerminalDetector
-from capture_core.exceptions import CaptureError
+from capture_core.exceptions import CaptureError, LineEncodingError
 from capture_core.pending import mark_pending, unmark_pending
 from capture_core.server.counters import CaptureCounters
 from capture_core.server.exchange import Exchange
@@ -223,7 +223,11 @@ class _CapturedCall:
         counters, root = self.owner.counters, self.store.root
         call_id = self.exchange.model_call_id
         try:
-            written = self.store.record(self.rollout_id, self.exchange.line(failure))
+            try:
+                written = self.store.record(self.rollout_id, self.exchange.line(failure))
+            except LineEncodingError:
+                raw = self.exchange.line(failure, objects=False)
+                written = self.store.record(self.rollout_id, raw)
             counters.add("calls_captured")
             counters.add("bytes_written", written)
         except Exception as exc:

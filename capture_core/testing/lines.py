@@ -67,12 +67,20 @@ def capture_line(
             status_code,
             streaming=True,
             terminal=rebuilt.terminal,
-            parsed=response is not None,
+            response=response,
             body_empty=not body,
+            dialect=dialect,
         )
     else:
         response = response_body(dialect, answer)
-        category = None
+        category = classify_outcome(
+            status_code,
+            streaming=False,
+            terminal=None,
+            response=response,
+            body_empty=False,
+            dialect=dialect,
+        )
     return RawCaptureLine(
         model_call_id=model_call_id or _call_id(dialect, answer, stream, started_at),
         dialect=dialect,

@@ -46,6 +46,7 @@ ANSWERS = {
 FACTS = (
     "response_id", "model", "finish_reason", "tokens_in", "tokens_out", "tokens_reasoning",
     "tokens_total", "cached_tokens", "cache_creation_tokens", "tool_calls", "reasoning_content",
+    "error_category", "response_status",
 )  # fmt: skip
 
 

@@ -41,7 +41,9 @@ def sse_app(chunks: list[bytes], *, raise_after: int | None = None) -> App:
     return app
 
 
-async def drive(middleware: CaptureMiddleware, path: str, on_send: Callable[[Message], None]) -> None:
+async def drive(
+    middleware: CaptureMiddleware, path: str, on_send: Callable[[Message], None]
+) -> None:
     sent_request = False
 
     async def receive() -> Message:
