@@ -153,3 +153,23 @@ def test_record_field_order_puts_identity_first_and_latency_last() -> None:
     assert fields[-2:] == ["latency_total_ms", "latency_ttft_ms"]
     record = ModelCallRecord(call_index=0)
     assert orjson.loads(orjson.dumps(record.to_json_dict()))["started_at"] is None
+
+
+def test_the_spec_example_through_the_store(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from capture_core import CaptureStore, aggregate_model_call_metrics, read_model_call_records
+
+    store = CaptureStore(tmp_path / "model-calls")
+    line = orjson.loads(SPEC_LINE)
+    line["response"]["usage"]["output_tokens_details"] = {"reasoning_tokens": 12}
+    store.record("0-0", line)
+    (record,) = read_model_call_records(store, "0-0")
+    assert (record.tokens_in, record.tokens_out, record.tokens_reasoning) == (94, 28, 12)
+    assert (record.tokens_total, record.latency_total_ms, record.response_id) == (
+        122, 842.7, "resp_123",
+    )  # fmt: skip
+    metrics = aggregate_model_call_metrics(store, "0-0")
+    assert metrics.model_dump() == {
+        "tokens_in": 94, "tokens_out": 28, "tokens_reasoning": 12, "tokens_total": 122,
+        "cached_tokens": None, "latency_total_ms": 842.7, "num_calls": 1,
+    }  # fmt: skip
+    assert store.path_for("0-0").read_bytes().count(b"\n") == 1

@@ -236,3 +236,36 @@ def test_what_is_captured(tmp_path: Path, path: str, captured: bool, invalid: bo
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == (
         ["0-0.capture.jsonl"] if captured else []
     )
+
+
+def test_bodies_too_deep_to_encode_are_kept_raw(tmp_path: Path) -> None:
+    store = CaptureStore(tmp_path)
+    deep = b'{"model": "m", "x": ' + b"[" * 300 + b"]" * 300 + b"}"
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json")]})  # fmt: skip
+        await send({"type": "http.response.body", "body": deep})
+
+    async def scenario() -> None:
+        sent = False
+
+        async def receive() -> Message:
+            nonlocal sent
+            if sent:
+                await asyncio.sleep(3600)
+            sent = True
+            return {"type": "http.request", "body": deep, "more_body": False}
+
+        async def send(message: Message) -> None:
+            pass
+
+        await make(app, store)(scope_for("/ng-rollout/0-0/v1/chat/completions"), receive, send)
+
+    asyncio.run(scenario())
+    (record,) = store.read_records("0-0").records
+    assert record.request is None and record.response is None
+    assert record.request_raw == deep.decode()
+    assert record.response_raw == deep.decode()
+    assert not store.is_incomplete("0-0")
