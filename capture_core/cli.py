@@ -25,11 +25,16 @@ def _bind(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    # Listen now: connections made as soon as the port is announced wait in the backlog
+    # instead of being refused while uvicorn starts.
+    sock.listen(2048)
     sock.set_inheritable(True)
     return sock
 
 
-def _run(app: Any, *, name: str, host: str, port: int, port_file: Path | None) -> int:
+def _run(
+    app: Any, *, name: str, host: str, port: int, port_file: Path | None, proxy: bool = False
+) -> int:
     import uvicorn
 
     sock = _bind(host, port)
@@ -38,15 +43,39 @@ def _run(app: Any, *, name: str, host: str, port: int, port_file: Path | None) -
     if port_file is not None:
         port_file.write_text(f"{bound}\n")
     print(f"ngcapture {name} listening on {url}", flush=True)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=10)
+    # A proxy forwards the worker's own Date and Server headers instead of adding its own.
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=10,
+        server_header=not proxy,
+        date_header=not proxy,
+    )
     uvicorn.Server(config).run(sockets=[sock])
     print(f"ngcapture {name} stopped", flush=True)
     return 0
 
 
+class _QuietSimulatedDrops(logging.Filter):
+    """An injected connection drop is intended: log one line, not a traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from capture_core.testing import SimulatedDrop
+
+        if record.exc_info and isinstance(record.exc_info[1], SimulatedDrop):
+            record.msg, record.args, record.exc_info = (
+                "simulated drop: %s",
+                (record.exc_info[1],),
+                None,
+            )
+        return True
+
+
 def _worker(args: argparse.Namespace) -> int:
     from capture_core.testing.worker import SimulatedWorker, WorkerConfig
 
+    logging.getLogger("uvicorn.error").addFilter(_QuietSimulatedDrops())
     config = WorkerConfig(seed=args.seed, ttft_ms=args.ttft_ms, ms_per_token=args.ms_per_token)
     return _run(SimulatedWorker(config), name="worker", host=args.host, port=args.port,
                 port_file=args.port_file)  # fmt: skip
@@ -65,7 +94,7 @@ def _serve(args: argparse.Namespace) -> int:
     if directory is not None:
         print(f"capturing model calls into {directory}", flush=True)
     return _run(create_app(settings), name="capture server", host=args.host, port=args.port,
-                port_file=args.port_file)  # fmt: skip
+                port_file=args.port_file, proxy=True)  # fmt: skip
 
 
 def _parser() -> argparse.ArgumentParser:

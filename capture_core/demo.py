@@ -12,6 +12,7 @@ Run: ``python -m capture_core.demo --out results/demo``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -170,13 +171,17 @@ def _live_calls(server_url: str) -> list[str]:
                                                      if k != "type"}}]  # fmt: skip
     notes: list[str] = []
 
+    clients = contextlib.ExitStack()
+
     def oai(rollout_id: str) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{server_url}/ng-rollout/{rollout_id}/v1",
-                             api_key="demo", max_retries=0, timeout=60)  # fmt: skip
+        return clients.enter_context(openai.OpenAI(
+            base_url=f"{server_url}/ng-rollout/{rollout_id}/v1", api_key="demo", max_retries=0,
+            timeout=60))  # fmt: skip
 
     def claude(rollout_id: str) -> anthropic.Anthropic:
-        return anthropic.Anthropic(base_url=f"{server_url}/ng-rollout/{rollout_id}",
-                                   api_key="demo", max_retries=0, timeout=60)  # fmt: skip
+        return clients.enter_context(anthropic.Anthropic(
+            base_url=f"{server_url}/ng-rollout/{rollout_id}", api_key="demo", max_retries=0,
+            timeout=60))  # fmt: skip
 
     client = oai("0-0")
     client.responses.create(model="sim-model-1", input=prompt)
@@ -213,6 +218,7 @@ def _live_calls(server_url: str) -> list[str]:
         )  # fmt: skip
     except openai.RateLimitError as exc:
         notes.append(f"3-0: the injected 429 reached the client unchanged ({exc.status_code})")
+    clients.close()
     return notes
 
 

@@ -184,7 +184,7 @@ class _Choice:
     def build(self, index: int) -> dict[str, Any]:
         message: dict[str, Any] = {
             "role": self.role or "assistant",
-            "content": "".join(self.content) if self.content else None,
+            "content": "".join(self.content) or None,
         }
         if self.refusal:
             message["refusal"] = "".join(self.refusal)

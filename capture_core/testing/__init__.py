@@ -4,10 +4,15 @@
 * ``*_body`` / ``*_stream``: that answer as each API sends it, non-streaming or as SSE.
 * :func:`capture_line`: the raw capture line the server writes for such a call;
   :class:`CaptureLineFactory` makes many varied, realistic lines from a seed.
+* :class:`SimulatedWorker`: an OpenAI/Anthropic-compatible inference worker (ASGI app) with
+  per-request fault injection (``x-ngcapture-fault``), deterministic for a seed.
+* ``run_worker`` / ``run_capture_server`` (in ``capture_core.testing.processes``): both as real
+  processes on loopback.
 
 Everything here is deterministic: the same inputs give byte-identical output.
 """
 
+from capture_core.testing._worker_faults import SimulatedDrop
 from capture_core.testing.answers import (
     DEFAULT_MODEL,
     Answer,
@@ -24,13 +29,17 @@ from capture_core.testing.streams import (
     response_stream,
     responses_stream,
 )
+from capture_core.testing.worker import SimulatedWorker, WorkerConfig
 
 __all__ = [
     "DEFAULT_MODEL",
     "DIALECT_NAMES",
     "Answer",
     "CaptureLineFactory",
+    "SimulatedDrop",
+    "SimulatedWorker",
     "ToolCallSpec",
+    "WorkerConfig",
     "capture_line",
     "chat_body",
     "chat_stream",

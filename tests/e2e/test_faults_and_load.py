@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import socket
 import time
 from pathlib import Path
@@ -148,17 +149,31 @@ HOSTILE = [
 ]
 
 
+def raw_post(port: int, path: str, body: bytes) -> tuple[int, dict[str, str]]:
+    """POST with the path sent exactly as written (httpx would remove dot segments)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("POST", path, body, {"content-type": "application/json"})
+        response = connection.getresponse()
+        response.read()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}
+    finally:
+        connection.close()
+
+
 def test_hostile_paths_are_served_uncaptured_and_counted(stack: Stack, tmp_path: Path) -> None:
     capture_dir = tmp_path / "hostile" / "calls"
     before = set(tmp_path.rglob("*"))
+    body = orjson.dumps(request_body("chat"))
     with run_capture_server(stack.worker.url, capture_dir) as server:
         for path in HOSTILE:
-            response = httpx.post(server.url + path, json=request_body("chat"), timeout=30)
-            assert response.status_code == 200, path
-            assert response.headers["x-ngcapture-warning"].startswith("invalid rollout id")
+            status, headers = raw_post(server.port, path, body)
+            assert status == 200, path
+            assert headers["x-ngcapture-warning"].startswith("invalid rollout id"), path
         metrics = httpx.get(server.url + "/ngcapture/metrics", timeout=10).text
     assert f"ngcapture_invalid_rollout_ids_total {len(HOSTILE)}" in metrics
     assert "ngcapture_calls_captured_total 0" in metrics
     created = set(tmp_path.rglob("*")) - before
-    assert all(p == capture_dir or capture_dir in p.parents for p in created)
+    # only the capture directory (and its parents) exist now; nothing was written anywhere
+    assert all(p == capture_dir or p in capture_dir.parents for p in created), created
     assert [p for p in capture_dir.rglob("*") if p.is_file()] == []

@@ -52,29 +52,45 @@ def anthropic_client(base: str) -> anthropic.Anthropic:
 
 
 def responses_plain(base: str) -> Any:
-    return openai_client(base).responses.create(model="sim-model-1", input=PROMPT)
+    with openai_client(base) as client:
+        return client.responses.create(model="sim-model-1", input=PROMPT)
 
 
 def responses_streamed(base: str) -> Any:
-    events = openai_client(base).responses.create(model="sim-model-1", input=PROMPT, stream=True,
+    with openai_client(base) as client:
+        return _events(client)
+
+
+def _events(client: openai.OpenAI) -> Any:
+    events = client.responses.create(model="sim-model-1", input=PROMPT, stream=True,
                                                   reasoning={"effort": "low"})  # fmt: skip
     return [event.model_dump() for event in events]
 
 
 def responses_helper(base: str) -> Any:
-    with openai_client(base).responses.stream(model="sim-model-1", input=PROMPT,
+    with openai_client(base) as client, client.responses.stream(model="sim-model-1", input=PROMPT,
                                               tools=TOOLS_RESPONSES) as stream:  # fmt: skip
         return stream.get_final_response()
 
 
 def chat_tools(base: str) -> Any:
-    return openai_client(base).chat.completions.create(
+    with openai_client(base) as client:
+        return _chat_tools(client)
+
+
+def _chat_tools(client: openai.OpenAI) -> Any:
+    return client.chat.completions.create(
         model="sim-model-1", messages=[{"role": "user", "content": PROMPT}], tools=TOOLS_CHAT
     )
 
 
 def chat_streamed(base: str) -> Any:
-    chunks = openai_client(base).chat.completions.create(
+    with openai_client(base) as client:
+        return _chat_streamed(client)
+
+
+def _chat_streamed(client: openai.OpenAI) -> Any:
+    chunks = client.chat.completions.create(
         model="sim-model-1", messages=[{"role": "user", "content": PROMPT}], tools=TOOLS_CHAT,
         stream=True, stream_options={"include_usage": True},
     )  # fmt: skip
@@ -82,14 +98,19 @@ def chat_streamed(base: str) -> Any:
 
 
 def messages_tools(base: str) -> Any:
-    return anthropic_client(base).messages.create(
+    with anthropic_client(base) as client:
+        return _messages_tools(client)
+
+
+def _messages_tools(client: anthropic.Anthropic) -> Any:
+    return client.messages.create(
         model="sim-model-1", max_tokens=512, tools=TOOLS_MESSAGES,
         messages=[{"role": "user", "content": PROMPT}],
     )  # fmt: skip
 
 
 def messages_stream_thinking(base: str) -> Any:
-    with anthropic_client(base).messages.stream(
+    with anthropic_client(base) as client, client.messages.stream(
         model="sim-model-1", max_tokens=2048, thinking={"type": "enabled", "budget_tokens": 1024},
         messages=[{"role": "user", "content": PROMPT}],
     ) as stream:  # fmt: skip

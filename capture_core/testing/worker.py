@@ -1,0 +1,327 @@
+"""A simulated OpenAI/Anthropic-compatible inference worker: an ASGI app, deterministic for a seed.
+
+It serves ``POST /v1/responses``, ``/v1/chat/completions`` and ``/v1/messages`` (streaming and
+not), ``GET /v1/models`` and ``GET /health``, answering with the bodies and SSE event sequences
+of :mod:`capture_core.testing.bodies` and :mod:`capture_core.testing.streams`, which the official
+``openai`` and ``anthropic`` SDKs parse. The answer depends only on the seed, the dialect and the
+request body without ``stream``/``stream_options``, so a streamed and a non-streamed call of one
+request get the same text, tool calls and usage.
+
+What a request gets:
+
+* text: ``"The answer is (B)."``-style for multiple-choice prompts, a short sentence otherwise;
+* reasoning when asked for (Responses ``reasoning``; Chat ``reasoning_effort`` or a model name
+  containing ``reason``; Messages ``thinking: {"type": "enabled"}``);
+* a call of the first tool, with arguments named after its schema's properties, when the request
+  has tools and its last message is not a tool result;
+* usage counted from the request and the answer; cached tokens with probability ``cache_rate``;
+* a ``length`` stop when the request's output-token limit is below the answer's size.
+
+Faults are chosen per request with the ``x-ngcapture-fault`` header (or ``?fault=``):
+
+* ``429``, ``500``, ``503``, ``401``: that status with the dialect's error body
+  (``retry-after: 0`` on 429), before the body is read;
+* ``timeout``: wait ``x-ngcapture-fault-delay`` seconds (default 30, at most 120), then answer
+  normally; the wait ends early if the client goes away;
+* ``slow``: a stream whose events each wait ``x-ngcapture-fault-delay`` seconds (default 0.25);
+* ``drop``: send part of the body, then abort the connection (raises ``SimulatedDrop`` inside
+  the app, so the server closes the socket mid-body);
+* ``truncate``: a stream that ends cleanly without its terminal event (a non-streaming body is
+  cut in half, with a matching ``content-length``);
+* ``inband_error``: a 200 stream with two content events, then the dialect's in-band error
+  (``response.failed``; a data-only ``{"error": ...}`` and no ``[DONE]``; ``event: error`` of
+  type ``overloaded_error``); a non-streaming call gets that error object with status 200;
+* ``malformed``: 200 ``application/json`` whose body is not valid JSON (streaming or not);
+* ``none``: no fault. Any other value gets a 400 naming the allowed ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from capture_core.sse import SSEEvent, format_event, parse_sse
+from capture_core.testing import _worker_faults as faults
+from capture_core.testing._worker_answers import compose_answer, tokens_of
+from capture_core.testing.answers import Answer, error_body
+from capture_core.testing.bodies import chat_body, messages_body, responses_body
+from capture_core.testing.streams import chat_stream, messages_stream, responses_stream
+
+__all__ = ["SimulatedWorker", "WorkerConfig"]
+
+MAX_GENERATION_S: Final = 2.0  # cap on the simulated per-token time of one response
+_PATHS: Final = {
+    "responses": "/v1/responses",
+    "chat": "/v1/chat/completions",
+    "messages": "/v1/messages",
+}
+_REQUIRED: Final = {"responses": "input", "chat": "messages", "messages": "messages"}
+_CREATED: Final = 1786032154
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """How the simulated worker answers.
+
+    Attributes:
+        seed: answers are a pure function of the seed, the dialect and the request body.
+        ttft_ms: delay before the first byte of a response.
+        ms_per_token: delay per generated token (between streamed content events; before the
+            body of a non-streaming answer); at most ``MAX_GENERATION_S`` per response.
+        models: ids listed by ``GET /v1/models`` (any model name is accepted in requests).
+        cache_rate: probability that a prompt reports cached tokens.
+    """
+
+    seed: int = 0
+    ttft_ms: float = 15.0
+    ms_per_token: float = 0.2
+    models: tuple[str, ...] = ("sim-model-1", "sim-model-2")
+    cache_rate: float = 0.3
+
+
+class SimulatedWorker:
+    """An OpenAI/Anthropic-compatible inference worker for tests and demos (ASGI 3 app).
+
+    Serve it with uvicorn (``ngcapture worker``) or call it in-process; each request may ask for
+    a fault with the ``x-ngcapture-fault`` header (see the module docstring).
+
+    Example:
+        >>> import asyncio, httpx
+        >>> worker = SimulatedWorker(WorkerConfig(seed=1, ttft_ms=0, ms_per_token=0))
+        >>> async def ask(body: dict) -> dict:
+        ...     transport = httpx.ASGITransport(app=worker)
+        ...     async with httpx.AsyncClient(transport=transport, base_url="http://w") as client:
+        ...         return (await client.post("/v1/chat/completions", json=body)).json()
+        >>> question = [{"role": "user", "content": "Which is larger? (A) 2 (B) 3"}]
+        >>> asyncio.run(ask({"model": "m", "messages": question}))["choices"][0]["message"]
+        {'role': 'assistant', 'content': 'The answer is (B).'}
+        >>> worker.requests_served
+        1
+    """
+
+    def __init__(self, config: WorkerConfig | None = None) -> None:
+        self._config = config or WorkerConfig()
+        self._served = 0
+        routes = [
+            Route(path, self._endpoint(dialect), methods=["POST"])
+            for dialect, path in _PATHS.items()
+        ]
+        routes += [
+            Route("/v1/models", self._models, methods=["GET"]),
+            Route("/health", _health, methods=["GET"]),
+        ]
+        self._app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
+
+    @property
+    def config(self) -> WorkerConfig:
+        """The configuration the worker was made with."""
+        return self._config
+
+    @property
+    def requests_served(self) -> int:
+        """Model calls received on the three dialect routes, faulty ones included."""
+        return self._served
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._app(scope, receive, send)
+
+    async def _models(self, request: Request) -> Response:
+        data = [
+            {"id": m, "object": "model", "created": _CREATED, "owned_by": "ngcapture"}
+            for m in self._config.models
+        ]
+        return faults.json_response({"object": "list", "data": data})
+
+    def _endpoint(self, dialect: str) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            self._served += 1
+            return await _answer(dialect, request, self._config)
+
+        return endpoint
+
+
+async def _health(request: Request) -> Response:
+    return faults.json_response({"status": "ok"})
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    headers = exc.headers if isinstance(exc, HTTPException) else None
+    dialect = "messages" if request.url.path.endswith("/messages") else "chat"
+    message = f"{request.method} {request.url.path}: {exc}"
+    body = error_body(dialect, status, message)
+    return faults.json_response(body, status=status, headers=headers)
+
+
+async def _answer(dialect: str, request: Request, config: WorkerConfig) -> Response:
+    def bad(message: str) -> Response:
+        return faults.json_response(error_body(dialect, 400, message), status=400)
+
+    try:
+        fault = faults.read_fault(request.headers, request.query_params)
+    except ValueError as exc:
+        return bad(str(exc))
+    if fault.status is not None:
+        return faults.status_response(dialect, fault.status)
+    try:
+        body = orjson.loads(await request.body())
+    except orjson.JSONDecodeError as exc:
+        return bad(f"request body is not valid JSON: {exc}")
+    if not isinstance(body, dict):
+        return bad("request body must be a JSON object")
+    for name in ("model", _REQUIRED[dialect]):
+        if name not in body:
+            return bad(f"{name}: field required")
+    if not isinstance(body["model"], str):
+        return bad("model: must be a string")
+    if fault.kind == "timeout" and await _disconnected_within(request, fault.delay_s):
+        return Response(status_code=499)  # nobody is listening any more
+    answer = compose_answer(dialect, body, seed=config.seed, cache_rate=config.cache_rate)
+    request_id = "req_" + answer.response_id[-24:]
+    headers = {"x-request-id": request_id, "request-id": request_id}
+    stream = body.get("stream") is True
+    if stream and fault.kind != "malformed":
+        return _stream(
+            dialect,
+            body=body,
+            answer=answer,
+            config=config,
+            fault=fault,
+            headers=headers,
+        )
+    await asyncio.sleep(_ttft_s(config) + _generation_s(config, answer.output_tokens))
+    payload = orjson.dumps(_body(dialect, answer))
+    if fault.kind in ("malformed", "truncate"):
+        return Response(faults.cut_json(payload), 200, headers, media_type="application/json")
+    if fault.kind == "drop":
+        return faults.dropped_json(payload, headers)
+    if fault.kind == "inband_error":
+        return faults.json_response(faults.inband_body(dialect, answer), headers=headers)
+    return Response(payload, 200, headers, media_type="application/json")
+
+
+async def _disconnected_within(request: Request, seconds: float) -> bool:
+    """Sleep ``seconds``; return early (True) if the client goes away first."""
+
+    async def disconnect() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    try:
+        await asyncio.wait_for(disconnect(), seconds)
+    except TimeoutError:
+        return False
+    return True
+
+
+def _body(dialect: str, answer: Answer) -> dict[str, Any]:
+    if dialect == "responses":
+        return responses_body(answer)
+    if dialect == "chat":
+        return chat_body(answer)
+    return messages_body(answer)
+
+
+def _events(dialect: str, answer: Answer, *, terminal: bool, usage: bool) -> list[SSEEvent]:
+    if dialect == "responses":
+        raw = responses_stream(answer, terminal=terminal)
+    elif dialect == "chat":
+        raw = chat_stream(answer, terminal=terminal, include_usage=usage)
+    else:  # like Anthropic's API, the usage reports no thinking tokens
+        raw = messages_stream(answer, terminal=terminal)
+    return parse_sse(raw)
+
+
+def _stream(
+    dialect: str,
+    *,
+    body: Mapping[str, Any],
+    answer: Answer,
+    config: WorkerConfig,
+    fault: faults.Fault,
+    headers: dict[str, str],
+) -> Response:
+    options = body.get("stream_options")
+    usage = isinstance(options, dict) and options.get("include_usage") is True
+    kind = fault.kind
+    terminal = kind not in ("truncate", "inband_error")
+    events = _events(dialect, answer, terminal=terminal, usage=usage)
+    content = [_delta_text(e) is not None for e in events]
+    drop = kind == "drop"
+    if drop:
+        events = events[: max(1, len(events) // 2)]
+    elif kind == "inband_error":
+        events = faults.inband_events(dialect, answer, events, content)
+    headers = {**headers, "cache-control": "no-cache"}
+    pause = fault.delay_s if kind == "slow" else None
+    paced = _paced(events, config, drop=drop, pause_s=pause)
+    return StreamingResponse(paced, headers=headers, media_type="text/event-stream")
+
+
+async def _paced(
+    events: list[SSEEvent], config: WorkerConfig, *, drop: bool, pause_s: float | None
+) -> AsyncIterator[bytes]:
+    """Send events one by one: TTFT first, then time per token before each content event.
+
+    With ``pause_s`` (the ``slow`` fault) every event after the first waits that long instead.
+    """
+    budget = MAX_GENERATION_S
+    await asyncio.sleep(_ttft_s(config))
+    for index, event in enumerate(events):
+        text = _delta_text(event)
+        if index and pause_s is not None:
+            await asyncio.sleep(pause_s)
+        elif index and text is not None and config.ms_per_token > 0:
+            pause = min(budget, _generation_s(config, tokens_of(text)))
+            budget -= pause
+            await asyncio.sleep(pause)
+        yield format_event(event.data, event=event.event)
+    if drop:
+        raise faults.SimulatedDrop("simulated connection drop (x-ngcapture-fault: drop)")
+
+
+def _ttft_s(config: WorkerConfig) -> float:
+    return max(0.0, config.ttft_ms) / 1000
+
+
+def _generation_s(config: WorkerConfig, tokens: int) -> float:
+    return min(MAX_GENERATION_S, max(0.0, config.ms_per_token) * tokens / 1000)
+
+
+def _delta_text(event: SSEEvent) -> str | None:
+    """The generated text an event carries, or None if it is not a content event."""
+    payload = event.json()
+    if not isinstance(payload, dict):
+        return None
+    delta = payload.get("delta")
+    if isinstance(delta, str):  # Responses *.delta
+        return delta
+    if isinstance(delta, dict):  # Messages content_block_delta
+        return _first_str(delta, "text", "thinking", "partial_json")
+    choices = payload.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        delta = choices[0].get("delta")
+        if isinstance(delta, dict):
+            calls = delta.get("tool_calls")
+            if isinstance(calls, list) and calls and isinstance(calls[0], dict):
+                function = calls[0].get("function")
+                return _first_str(function, "arguments") if isinstance(function, dict) else None
+            return _first_str(delta, "content", "reasoning_content") or None
+    return None
+
+
+def _first_str(mapping: Mapping[str, Any], *keys: str) -> str | None:
+    for key in keys:
+        if isinstance(mapping.get(key), str):
+            return str(mapping[key])
+    return None
