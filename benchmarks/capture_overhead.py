@@ -2,7 +2,8 @@
 
 The simulated worker answers with no artificial delay (``ttft_ms=0``, ``ms_per_token=0``), so
 what is measured is the proxy and capture work. Each variant is run non-streaming and
-streaming (chat completions), at concurrency 1 and 64; latency is time to the full body.
+streaming (chat completions), at concurrency 1 and 64; each concurrent client is its own
+rollout, as in RL collection. Latency is time to the full body.
 Goal (issue 4): capture adds ≤ 1 ms at p50 and ≤ 5 ms at p99 over the uncaptured proxy at
 concurrency 1, and keeps ≥ 80% of its throughput at concurrency 64.
 """
@@ -10,6 +11,7 @@ concurrency 1, and keeps ≥ 80% of its throughput at concurrency 64.
 from __future__ import annotations
 
 import asyncio
+import socket
 import statistics
 import tempfile
 import time
@@ -33,24 +35,29 @@ def _quantile(samples: list[float], q: float) -> float:
 async def _load(
     url: str, body: bytes, *, requests: int, concurrency: int
 ) -> tuple[list[float], float]:
+    """``concurrency`` clients, each its own rollout (``{url}`` has a ``{rollout}`` slot)."""
     latencies: list[float] = []
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+    transport = httpx.AsyncHTTPTransport(
+        limits=limits, socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+    )
+    async with httpx.AsyncClient(timeout=60, transport=transport) as client:
         queue = iter(range(requests))
 
-        async def worker() -> None:
+        async def worker(index: int) -> None:
+            target = url.format(rollout=f"bench-{index}")
             for _ in queue:
                 start = time.perf_counter()
-                response = await client.post(url, content=body, headers=JSON)
+                response = await client.post(target, content=body, headers=JSON)
                 await response.aread()
                 latencies.append(time.perf_counter() - start)
                 if response.status_code != 200:
                     raise RuntimeError(f"{url}: HTTP {response.status_code}")
 
         for _ in range(min(20, requests)):  # warm the connection pool
-            await client.post(url, content=body, headers=JSON)
+            await client.post(url.format(rollout="warm-0"), content=body, headers=JSON)
         started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        await asyncio.gather(*(worker(i) for i in range(concurrency)))
         elapsed = time.perf_counter() - started
     return latencies, elapsed
 
@@ -66,8 +73,8 @@ def run(*, quick: bool = False) -> list[dict[str, Any]]:
     ):
         targets = {
             "direct to worker": worker.url + "/v1/chat/completions",
-            "proxy, capture off": off.url + "/ng-rollout/bench-0/v1/chat/completions",
-            "proxy, capture on": on.url + "/ng-rollout/bench-0/v1/chat/completions",
+            "proxy, capture off": off.url + "/ng-rollout/{rollout}/v1/chat/completions",
+            "proxy, capture on": on.url + "/ng-rollout/{rollout}/v1/chat/completions",
         }
         for stream in (False, True):
             body = orjson.dumps(request_body("chat", stream=stream))

@@ -8,10 +8,12 @@ they listen on (``--port 0`` picks a free port) and stop cleanly on SIGINT/SIGTE
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,9 @@ logger = logging.getLogger("ngcapture")
 
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP matters: asyncio turns on TCP_NODELAY for accepted connections only
+    # when the socket says it is TCP; without it every response waits ~40 ms for an ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     # Listen now: connections made as soon as the port is announced wait in the backlog
@@ -37,6 +41,7 @@ def _run(
 ) -> int:
     import uvicorn
 
+    server_class = _server_class()
     sock = _bind(host, port)
     bound = sock.getsockname()[1]
     url = f"http://{host}:{bound}"
@@ -52,9 +57,30 @@ def _run(
         server_header=not proxy,
         date_header=not proxy,
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    server = server_class(config)
+    server.run(sockets=[sock])
     print(f"ngcapture {name} stopped", flush=True)
     return 0
+
+
+def _server_class() -> type[Any]:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, but a SIGINT/SIGTERM ends in a graceful shutdown and exit code 0
+        (uvicorn itself re-raises the signal after shutting down)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            handled = (signal.SIGINT, signal.SIGTERM)
+            original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+            try:
+                yield
+            finally:
+                for sig, handler in original.items():
+                    signal.signal(sig, handler)
+
+    return Server
 
 
 class _QuietSimulatedDrops(logging.Filter):

@@ -10,6 +10,7 @@ transport failure is noted in ``scope["state"]`` so capture can classify it.
 from __future__ import annotations
 
 import logging
+import socket
 from typing import Any, Final
 
 import anyio
@@ -56,16 +57,21 @@ class UpstreamProxy:
 
     def __init__(self, settings: CaptureSettings) -> None:
         self._settings = settings
+        # TCP_NODELAY: a request written in two parts must not wait for a delayed ACK.
+        transport = httpx.AsyncHTTPTransport(
+            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+            limits=httpx.Limits(
+                max_connections=settings.max_connections,
+                max_keepalive_connections=settings.max_connections,
+            ),
+        )
         self._client = httpx.AsyncClient(
+            transport=transport,
             timeout=httpx.Timeout(
                 connect=settings.connect_timeout_s,
                 read=settings.read_timeout_s,
                 write=settings.write_timeout_s,
                 pool=settings.connect_timeout_s,
-            ),
-            limits=httpx.Limits(
-                max_connections=settings.max_connections,
-                max_keepalive_connections=settings.max_connections,
             ),
             follow_redirects=False,
         )
