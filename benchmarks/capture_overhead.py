@@ -34,9 +34,10 @@ def _quantile(samples: list[float], q: float) -> float:
 
 async def _load(
     url: str, body: bytes, *, requests: int, concurrency: int
-) -> tuple[list[float], float]:
+) -> tuple[list[float], float, int]:
     """``concurrency`` clients, each its own rollout (``{url}`` has a ``{rollout}`` slot)."""
     latencies: list[float] = []
+    errors = 0
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     transport = httpx.AsyncHTTPTransport(
         limits=limits, socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
@@ -46,20 +47,25 @@ async def _load(
 
         async def worker(index: int) -> None:
             target = url.format(rollout=f"bench-{index}")
+            nonlocal errors
             for _ in queue:
                 start = time.perf_counter()
-                response = await client.post(target, content=body, headers=JSON)
-                await response.aread()
+                try:
+                    response = await client.post(target, content=body, headers=JSON)
+                    await response.aread()
+                except httpx.TransportError:
+                    errors += 1  # reported beside the numbers, never hidden
+                    continue
                 latencies.append(time.perf_counter() - start)
                 if response.status_code != 200:
-                    raise RuntimeError(f"{url}: HTTP {response.status_code}")
+                    errors += 1
 
         for _ in range(min(20, requests)):  # warm the connection pool
             await client.post(url.format(rollout="warm-0"), content=body, headers=JSON)
         started = time.perf_counter()
         await asyncio.gather(*(worker(i) for i in range(concurrency)))
         elapsed = time.perf_counter() - started
-    return latencies, elapsed
+    return latencies, elapsed, errors
 
 
 def run(*, quick: bool = False) -> list[dict[str, Any]]:
@@ -89,12 +95,12 @@ def run(*, quick: bool = False) -> list[dict[str, Any]]:
 
 
 def _rows(
-    label: str, requests: int, measured: dict[str, tuple[list[float], float]]
+    label: str, requests: int, measured: dict[str, tuple[list[float], float, int]]
 ) -> list[dict[str, Any]]:
     base_p50 = statistics.median(measured["proxy, capture off"][0])
     base_throughput = requests / measured["proxy, capture off"][1]
     rows = []
-    for name, (latencies, elapsed) in measured.items():
+    for name, (latencies, elapsed, errors) in measured.items():
         p50, p99 = statistics.median(latencies), _quantile(latencies, 0.99)
         throughput = requests / elapsed
         rows.append({
@@ -107,6 +113,7 @@ def _rows(
             "ratio_vs_floor": p50 / base_p50,
             "detail": (f"p50 {p50 * 1000:.2f} ms, p99 {p99 * 1000:.2f} ms, "
                        f"Δp50 vs capture off {(p50 - base_p50) * 1000:+.2f} ms, "
-                       f"throughput {throughput / base_throughput:.0%} of capture off"),
+                       f"throughput {throughput / base_throughput:.0%} of capture off"
+                       + (f", {errors} failed requests" if errors else "")),
         })  # fmt: skip
     return rows

@@ -9,15 +9,37 @@ Every staging error derives from :class:`StagingError`, itself a
         └── StreamingUnsupportedError
 
 Wire models report broken rules as pydantic ``ValidationError`` (also a ``ValueError``); the
-digest and delta functions raise :class:`InvalidStagedCallError` so that one ``except
-ValueError`` covers both.
+digest and delta functions raise :class:`InvalidStagedCallError`, so one ``except ValueError``
+covers both. A staging rule broken inside a model shows in ``ValidationError.errors()`` with one
+of the ``*_ERROR_TYPE`` types below and ``ctx = {"field": ..., "reason": ...}``, so a verifier
+can tell a digest that disagrees with its row (:data:`DIGEST_MISMATCH_ERROR_TYPE`) from any
+other invalid row.
 """
 
 from __future__ import annotations
 
+from typing import Final
+
 from capture_core.exceptions import CaptureError
 
-__all__ = ["InvalidStagedCallError", "StagingError", "StreamingUnsupportedError"]
+__all__ = [
+    "DIGEST_MISMATCH_ERROR_TYPE",
+    "EXTRAS_DIGEST_MISMATCH_ERROR_TYPE",
+    "STAGING_RULE_ERROR_TYPE",
+    "UNSUPPORTED_VERSION_ERROR_TYPE",
+    "InvalidStagedCallError",
+    "StagingError",
+    "StreamingUnsupportedError",
+]
+
+STAGING_RULE_ERROR_TYPE: Final = "staging_rule"
+"""Pydantic error type of a broken cross-field rule (lengths, parent, mode, columns...)."""
+DIGEST_MISMATCH_ERROR_TYPE: Final = "digest_mismatch"
+"""Pydantic error type of a staged row whose ``digest`` disagrees with its content."""
+EXTRAS_DIGEST_MISMATCH_ERROR_TYPE: Final = "extras_digest_mismatch"
+"""Pydantic error type of a staged row whose ``extras_digest`` disagrees with its ``extras``."""
+UNSUPPORTED_VERSION_ERROR_TYPE: Final = "unsupported_version"
+"""Pydantic error type of a schema or digest version other than the current one."""
 
 
 class StagingError(CaptureError):
