@@ -86,7 +86,12 @@ class ManifestFailure(StagingModel):
 
 
 class RolloutManifest(StagingModel):
-    """Everything a rollout's ledger holds: committed rows and failures, in ledger order."""
+    """Everything a rollout's ledger holds: committed rows and failures, in ledger order.
+
+    Example:
+        >>> RolloutManifest(rollout_id="r1").model_dump(mode="json")
+        {'schema_version': 3, 'rollout_id': 'r1', 'records': [], 'failures': []}
+    """
 
     rollout_id: Identifier
     records: list[CallRecord] = Field(default_factory=list)
