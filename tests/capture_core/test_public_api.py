@@ -5,6 +5,8 @@ import subprocess
 import sys
 
 import capture_core
+import capture_core.server
+import capture_core.staging
 import capture_core.testing
 import ngcapture_viz
 
@@ -17,7 +19,9 @@ def _isort_key(name: str) -> tuple[int, str]:
 
 
 def test_public_names_are_sorted_and_exist() -> None:
-    for module in (capture_core, capture_core.testing, ngcapture_viz):
+    modules = (capture_core, capture_core.server, capture_core.staging, capture_core.testing,
+               ngcapture_viz)  # fmt: skip
+    for module in modules:
         names = list(module.__all__)
         assert names == sorted(names, key=_isort_key), module.__name__
         for name in names:
