@@ -1,0 +1,510 @@
+"""Worker-side token capture: stage each admitted call's tokens and answer with coordinates.
+
+The inference worker wraps every admitted call (``ng_capture`` on the request) in a
+:class:`RolloutTokenCapture`::
+
+    call = capture.begin_call(admission, prefix_token_ids=prefix)   # before generating
+    ...generate...
+    coords = capture.complete_call(call, prompt_token_ids=..., generated_token_ids=...,
+                                   generated_logprobs=...)           # or fail_call(...)
+    response["ng_commit_coords"] = coords.model_dump(mode="json")
+
+``complete_call`` builds the call's :class:`~capture_core.staging.StagedCallRecord`, stages it
+through the sink (with the framework's ``attachments`` when given) and returns ``staged``
+coordinates once the sink made the row durable. Whatever is wrong with the call's data or the
+sink's write comes back as valid ``capture_failed`` coordinates, with the reason logged and kept
+on the call; only the caller's own mistakes raise (see each method).
+
+Attachments are opaque: they are handed to the sink unchanged and never enter the record, its
+extras or any digest, so the coordinates are the same with and without them. The ``attachments``
+keyword reaches the sink only when the caller gave a mapping, so a :class:`TextOnlyStagingSink`
+keeps working for text-only calls; given attachments it fails with ``TypeError``, which is
+reported as ``capture_failed`` and never retried without them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from enum import StrEnum
+from typing import Any, Final, cast
+
+from capture_core.exceptions import quote_value
+from capture_core.staging._base import CaptureMode
+from capture_core.staging.admission import CaptureAdmission
+from capture_core.staging.build import build_staged_call_record
+from capture_core.staging.errors import (
+    InvalidStagedCallError,
+    StagingError,
+    StreamingUnsupportedError,
+)
+from capture_core.staging.records import CommitCoords, StagedCallRecord, StageResult
+from capture_core.staging.sinks import (
+    Attachments,
+    CaptureAdapter,
+    InvalidAttachmentError,
+    StagingSink,
+    TextOnlyStagingSink,
+)
+
+__all__ = [
+    "CallAlreadyCompletedError",
+    "CaptureFailureReason",
+    "InvalidPrefixError",
+    "PendingCall",
+    "RolloutTokenCapture",
+    "UnsupportedAdmissionError",
+]
+
+logger = logging.getLogger(__name__)
+
+_U64_LIMIT: Final = 1 << 64
+_MAX_DETAIL: Final = 300
+_STREAMING_UNSUPPORTED: Final = (
+    "streaming unsupported: token capture needs the whole engine response; use buffered SSE "
+    "(the server streams to the client after capture) or non-streaming backend requests"
+)
+
+
+class CaptureFailureReason(StrEnum):
+    """Why a call ended ``capture_failed`` (``PendingCall.failure_reason``).
+
+    ``fail_call`` records the reason its caller gives instead.
+    """
+
+    PREFIX_MISMATCH = "prefix_mismatch"
+    """The prompt does not start with the staged prefix the call continues."""
+    INVALID_CAPTURE_DATA = "invalid_capture_data"
+    """Token ids, log-probs or extras that cannot be staged (wrong type, range, length...)."""
+    EXTRACTION_FAILED = "extraction_failed"
+    """The adapter could not read the token fields from the engine response."""
+    SINK_REFUSED_ATTACHMENTS = "sink_refused_attachments"
+    """The sink raised ``TypeError`` for a call with attachments (e.g. a text-only sink)."""
+    SINK_ERROR = "sink_error"
+    """The sink raised."""
+    SINK_REJECTED = "sink_rejected"
+    """The sink returned ``StageResult(ok=False)``."""
+    SINK_INVALID_RESULT = "sink_invalid_result"
+    """The sink returned something other than a usable ``StageResult``."""
+
+
+class CallAlreadyCompletedError(StagingError):
+    """A call was completed (or failed) a second time; the first answer stands.
+
+    Attributes:
+        model_call_id: the call.
+    """
+
+    def __init__(self, model_call_id: str) -> None:
+        self.model_call_id = model_call_id
+        super().__init__(f"model call {quote_value(model_call_id)} was already completed")
+
+
+class InvalidPrefixError(StagingError, ValueError):
+    """``begin_call`` was given a prefix that does not fit the admission; nothing was begun.
+
+    Attributes:
+        model_call_id: the call.
+        reason: what is wrong, in words.
+    """
+
+    def __init__(self, model_call_id: str, reason: str) -> None:
+        self.model_call_id = model_call_id
+        self.reason = reason
+        super().__init__(f"model call {quote_value(model_call_id)}: {reason}")
+
+
+class UnsupportedAdmissionError(StagingError):
+    """An admission this worker cannot capture correctly (a checkpoint generation cut)."""
+
+
+class PendingCall:
+    """One admitted call between ``begin_call`` and its completion.
+
+    Attributes:
+        admission: the call's admission.
+        prefix_token_ids: the staged tokens the call continues (empty for a root).
+        weight_version: the policy weight version stamped at ``begin_call``.
+    """
+
+    __slots__ = ("_claimed", "_coords", "_failure_reason", "admission", "prefix_token_ids",
+                 "weight_version")  # fmt: skip
+
+    def __init__(
+        self, admission: CaptureAdmission, prefix_token_ids: tuple[int, ...], weight_version: int
+    ) -> None:
+        self.admission = admission
+        self.prefix_token_ids = prefix_token_ids
+        self.weight_version = weight_version
+        self._claimed = False
+        self._coords: CommitCoords | None = None
+        self._failure_reason: str | None = None
+
+    def __repr__(self) -> str:
+        state = self._coords.disposition.value if self._coords else "pending"
+        return f"PendingCall({self.admission.model_call_id!r}, {state})"
+
+    @property
+    def rollout_id(self) -> str:
+        return self.admission.rollout_id
+
+    @property
+    def model_call_id(self) -> str:
+        return self.admission.model_call_id
+
+    @property
+    def coords(self) -> CommitCoords | None:
+        """The coordinates the call was answered with, once it was completed or failed."""
+        return self._coords
+
+    @property
+    def failure_reason(self) -> str | None:
+        """Why the call ended ``capture_failed`` (a :class:`CaptureFailureReason` or the
+        reason given to ``fail_call``); ``None`` while pending or when staged."""
+        return self._failure_reason
+
+
+class RolloutTokenCapture:
+    """Stages the tokens of admitted calls through a sink and returns their coordinates.
+
+    Args:
+        sink: where rows are staged. A :class:`TextOnlyStagingSink` works for calls without
+            attachments.
+        weight_version_fn: the policy's current weight version, read at ``begin_call``.
+        adapter: reads token fields from engine responses, for ``complete_call_from_response``.
+
+    Raises:
+        TypeError: ``sink`` has no ``stage`` method or ``weight_version_fn`` is not callable.
+
+    Example:
+        >>> from capture_core.staging import CaptureAdmission
+        >>> from capture_core.testing.staging import InMemoryStagingSink
+        >>> capture = RolloutTokenCapture(sink=InMemoryStagingSink(), weight_version_fn=lambda: 7)
+        >>> call = capture.begin_call(
+        ...     CaptureAdmission(rollout_id="r1", model_call_id="c1", mode="text"))
+        >>> coords = capture.complete_call(
+        ...     call, prompt_token_ids=[1, 2, 3], generated_token_ids=[4, 5],
+        ...     generated_logprobs=[-0.5, -0.25])
+        >>> coords.disposition.value, coords.staging_key, coords.cum_len
+        ('staged', 'r1/c1', 5)
+    """
+
+    def __init__(
+        self,
+        *,
+        sink: StagingSink | TextOnlyStagingSink,
+        weight_version_fn: Callable[[], int],
+        adapter: CaptureAdapter | None = None,
+    ) -> None:
+        if not callable(getattr(sink, "stage", None)):
+            raise TypeError(f"sink must have a stage() method, got {type(sink).__name__}")
+        if not callable(weight_version_fn):
+            raise TypeError("weight_version_fn must be callable")
+        self._sink = sink
+        self._weight_version_fn = weight_version_fn
+        self._adapter = adapter
+        self._lock = threading.Lock()
+
+    @property
+    def adapter(self) -> CaptureAdapter | None:
+        return self._adapter
+
+    def begin_call(
+        self,
+        admission: CaptureAdmission,
+        *,
+        prefix_token_ids: Sequence[int] | None = None,
+        stream: bool = False,
+        weight_version: int | None = None,
+    ) -> PendingCall:
+        """Start capturing an admitted call, before the engine generates.
+
+        Args:
+            admission: the call's ``ng_capture`` admission.
+            prefix_token_ids: for a ``token_in`` call whose admission names a
+                ``staging_chain``, the chain's staged deltas concatenated (``prev_len`` ids);
+                otherwise optional, and if given it must equal the admission's inline prefix.
+            stream: whether the engine request streams; token capture does not support it.
+            weight_version: the policy weight version; defaults to ``weight_version_fn()``.
+
+        Raises:
+            TypeError: ``admission`` is not a ``CaptureAdmission``.
+            StreamingUnsupportedError: ``stream`` is true.
+            UnsupportedAdmissionError: the admission continues a checkpoint generation cut.
+            InvalidPrefixError: a prefix that is missing, not ``prev_len`` token ids, or not the
+                inline prefix.
+            InvalidStagedCallError: a weight version that is not an int in ``[0, 2**64)``.
+        """
+        if not isinstance(admission, CaptureAdmission):
+            raise TypeError(
+                f"begin_call() takes a CaptureAdmission, got {type(admission).__name__}"
+            )
+        if stream:
+            raise StreamingUnsupportedError(_STREAMING_UNSUPPORTED)
+        if admission.generation_cut is not None:
+            raise UnsupportedAdmissionError(
+                f"model call {quote_value(admission.model_call_id)} continues a generation cut, "
+                "which this worker does not capture"
+            )
+        prefix = _resolve_prefix(admission, prefix_token_ids)
+        version = self._weight_version_fn() if weight_version is None else weight_version
+        if type(version) is not int or not 0 <= version < _U64_LIMIT:
+            raise InvalidStagedCallError(
+                "weight_version", f"must be an int in [0, 2**64), got {version!r}"
+            )
+        return PendingCall(admission, prefix, version)
+
+    def complete_call(
+        self,
+        call: PendingCall,
+        *,
+        prompt_token_ids: Sequence[int],
+        generated_token_ids: Sequence[int],
+        generated_logprobs: Sequence[float],
+        extras: dict[str, Any] | None = None,
+        attachments: Attachments | None = None,
+    ) -> CommitCoords:
+        """Stage a call's tokens and return its coordinates.
+
+        Token ids must be ints in ``[0, 2**64)``; log-probs floats (ints are taken as floats),
+        finite in float32, one per generated id. Anything else, a prompt that does not start
+        with the call's prefix, or a sink that fails, gives ``capture_failed`` coordinates.
+
+        Args:
+            call: from :meth:`begin_call`.
+            prompt_token_ids: the whole prompt the engine saw (the prefix first).
+            generated_token_ids: the sampled ids.
+            generated_logprobs: their log-probs.
+            extras: JSON extras staged with the call (covered by its extras digest).
+            attachments: opaque bytes staged in the same write, by name; never digested.
+
+        Raises:
+            TypeError: ``call`` is not a ``PendingCall``, or ``attachments`` is not a mapping.
+            CallAlreadyCompletedError: the call was already completed or failed.
+        """
+        _check_attachments_argument(attachments)
+        self._claim(call)
+        admission = call.admission
+        try:
+            prompt = list(prompt_token_ids)
+            mismatch = _prefix_mismatch(call, prompt)
+        except (TypeError, ValueError) as exc:
+            return self._failed(call, CaptureFailureReason.INVALID_CAPTURE_DATA, str(exc))
+        if mismatch is not None:
+            return self._failed(call, CaptureFailureReason.PREFIX_MISMATCH, mismatch)
+        try:
+            record = build_staged_call_record(
+                rollout_id=admission.rollout_id,
+                model_call_id=admission.model_call_id,
+                parent_call_id=admission.parent_call_id,
+                parent_chain_hash=admission.parent_chain_hash,
+                prev_len=admission.prev_len,
+                prompt_token_ids=prompt,
+                generated_token_ids=list(generated_token_ids),
+                generated_logprobs=[_as_logprob(value) for value in generated_logprobs],
+                weight_version=call.weight_version,
+                extras=extras,
+            )
+        except (TypeError, ValueError, OverflowError) as exc:
+            return self._failed(call, CaptureFailureReason.INVALID_CAPTURE_DATA, str(exc))
+        return self._stage(call, record, attachments)
+
+    def complete_call_from_response(
+        self,
+        call: PendingCall,
+        payload: Mapping[str, Any],
+        *,
+        attachments: Attachments | None = None,
+    ) -> CommitCoords:
+        """Read the call's tokens from the engine response with the adapter, then stage them.
+
+        An adapter that cannot read the response gives ``capture_failed`` coordinates.
+
+        Raises:
+            StagingError: the capture has no adapter.
+            TypeError: ``call`` is not a ``PendingCall``, or ``attachments`` is not a mapping.
+            CallAlreadyCompletedError: the call was already completed or failed.
+        """
+        if self._adapter is None:
+            raise StagingError("complete_call_from_response() needs a CaptureAdapter")
+        _check_attachments_argument(attachments)
+        _check_pending(call)
+        try:
+            prompt = self._adapter.extract_prompt_ids(payload)
+            generated, logprobs = self._adapter.extract_generation(payload)
+            extras = self._adapter.extract_extras(payload)
+        except Exception as exc:  # adapters read untrusted payloads: any failure is data
+            self._claim(call)
+            return self._failed(call, CaptureFailureReason.EXTRACTION_FAILED, repr(exc))
+        return self.complete_call(
+            call,
+            prompt_token_ids=prompt,
+            generated_token_ids=generated,
+            generated_logprobs=logprobs,
+            extras=extras,
+            attachments=attachments,
+        )
+
+    def fail_call(self, call: PendingCall, *, reason: str) -> CommitCoords:
+        """End a call without staging it (the engine failed, the request was cut...).
+
+        Raises:
+            TypeError: ``call`` is not a ``PendingCall``, or ``reason`` not a non-empty str.
+            CallAlreadyCompletedError: the call was already completed or failed.
+        """
+        if type(reason) is not str or not reason:
+            raise TypeError("fail_call() needs a non-empty str reason")
+        self._claim(call)
+        return self._failed(call, reason, "failed by the worker", level=logging.INFO)
+
+    # --- internals ----------------------------------------------------------------------
+
+    def _claim(self, call: PendingCall) -> None:
+        """Take the call's one completion, atomically."""
+        _check_call(call)
+        with self._lock:
+            if call._claimed:
+                raise CallAlreadyCompletedError(call.model_call_id)
+            call._claimed = True
+
+    def _stage(
+        self, call: PendingCall, record: StagedCallRecord, attachments: Attachments | None
+    ) -> CommitCoords:
+        reason = CaptureFailureReason.SINK_ERROR
+        try:
+            if attachments is None:
+                result = self._sink.stage(record)
+            else:
+                # A text-only sink raises TypeError here: reported below, never retried.
+                result = cast(StagingSink, self._sink).stage(record, attachments=attachments)
+        except TypeError as exc:
+            if attachments is not None:
+                reason = CaptureFailureReason.SINK_REFUSED_ATTACHMENTS
+            return self._failed(call, reason, repr(exc), exc_info=True)
+        except Exception as exc:  # a sink is pluggable code; its failure is capture_failed
+            return self._failed(call, reason, repr(exc), exc_info=True)
+        if not isinstance(result, StageResult):
+            detail = f"stage() returned {type(result).__name__}, not a StageResult"
+            return self._failed(call, CaptureFailureReason.SINK_INVALID_RESULT, detail)
+        if not result.ok:
+            return self._failed(call, CaptureFailureReason.SINK_REJECTED, str(result.error))
+        try:
+            coords = CommitCoords.for_staged(record, staging_key=cast(str, result.staging_key))
+        except ValueError as exc:
+            return self._failed(call, CaptureFailureReason.SINK_INVALID_RESULT, str(exc))
+        call._coords = coords
+        return coords
+
+    def _failed(
+        self,
+        call: PendingCall,
+        reason: str,
+        detail: str,
+        *,
+        level: int = logging.WARNING,
+        exc_info: bool = False,
+    ) -> CommitCoords:
+        admission = call.admission
+        coords = CommitCoords.for_failure(
+            rollout_id=admission.rollout_id,
+            model_call_id=admission.model_call_id,
+            parent_call_id=admission.parent_call_id,
+            prev_len=admission.prev_len,
+            weight_version=call.weight_version,
+        )
+        call._coords = coords
+        call._failure_reason = reason
+        if len(detail) > _MAX_DETAIL:
+            detail = f"{detail[:_MAX_DETAIL]}... ({len(detail)} characters)"
+        logger.log(
+            level,
+            "token capture failed for rollout %s call %s (%s): %s",
+            quote_value(admission.rollout_id),
+            quote_value(admission.model_call_id),
+            reason,
+            detail,
+            exc_info=exc_info,
+        )
+        return coords
+
+
+def _check_call(call: object) -> PendingCall:
+    if not isinstance(call, PendingCall):
+        raise TypeError(f"expected a PendingCall from begin_call(), got {type(call).__name__}")
+    return call
+
+
+def _check_pending(call: object) -> None:
+    """Refuse a completed call early (``_claim`` makes the check atomic later)."""
+    pending = _check_call(call)
+    if pending._claimed:
+        raise CallAlreadyCompletedError(pending.model_call_id)
+
+
+def _check_attachments_argument(attachments: object) -> None:
+    if attachments is not None and not isinstance(attachments, Mapping):
+        raise InvalidAttachmentError(
+            None, f"must be a mapping of name to bytes or None, got {type(attachments).__name__}"
+        )
+
+
+def _resolve_prefix(
+    admission: CaptureAdmission, prefix_token_ids: Sequence[int] | None
+) -> tuple[int, ...]:
+    call_id = admission.model_call_id
+    given = None if prefix_token_ids is None else _prefix_ids(call_id, prefix_token_ids)
+    if admission.mode is CaptureMode.TEXT:
+        if given:
+            raise InvalidPrefixError(call_id, "a 'text' call continues nothing; pass no prefix")
+        return ()
+    inline = tuple(admission.required_prefix_token_ids)
+    if given is None:
+        if admission.staging_chain:
+            raise InvalidPrefixError(
+                call_id,
+                "the admission names a staging_chain: pass its staged tokens as prefix_token_ids",
+            )
+        return inline
+    if len(given) != admission.prev_len:
+        raise InvalidPrefixError(
+            call_id,
+            f"prefix has {len(given)} ids, the admission's prev_len is {admission.prev_len}",
+        )
+    if inline and given != inline:
+        raise InvalidPrefixError(call_id, "prefix differs from the admission's inline prefix")
+    return given
+
+
+def _prefix_ids(call_id: str, ids: Sequence[int]) -> tuple[int, ...]:
+    if isinstance(ids, str | bytes) or not isinstance(ids, Sequence):
+        raise InvalidPrefixError(
+            call_id, f"prefix must be a sequence of ints, got {type(ids).__name__}"
+        )
+    checked = tuple(ids)
+    for value in checked:
+        if type(value) is not int or not 0 <= value < _U64_LIMIT:
+            raise InvalidPrefixError(call_id, f"prefix holds {quote_value(value)}, not a token id")
+    return checked
+
+
+def _prefix_mismatch(call: PendingCall, prompt: list[Any]) -> str | None:
+    """Why ``prompt`` does not start with the call's prefix, or ``None`` when it does."""
+    prev_len = call.admission.prev_len
+    if prev_len == 0:
+        return None
+    if len(prompt) < prev_len:
+        return f"prompt has {len(prompt)} ids, fewer than the {prev_len} staged before it"
+    pairs = zip(prompt[:prev_len], call.prefix_token_ids, strict=True)
+    position = next((i for i, (got, staged) in enumerate(pairs) if got != staged), None)
+    if position is not None:
+        return f"prompt differs from the staged prefix at position {position}"
+    return None
+
+
+def _as_logprob(value: float) -> float:
+    """An exact int log-prob becomes a float (``OverflowError`` if too big); others unchanged.
+
+    Anything but a float is then refused by the staging rules, as ``capture_failed``.
+    """
+    return float(value) if type(value) is int else value
