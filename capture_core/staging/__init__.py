@@ -29,14 +29,7 @@ from capture_core.staging.build import (
     build_staging_delta,
     default_staging_key,
 )
-from capture_core.staging.capture import (
-    CallAlreadyCompletedError,
-    CaptureFailureReason,
-    InvalidPrefixError,
-    PendingCall,
-    RolloutTokenCapture,
-    UnsupportedAdmissionError,
-)
+from capture_core.staging.capture import PendingCall, RolloutTokenCapture
 from capture_core.staging.digests import (
     DIGEST_VERSION,
     EMPTY_EXTRAS_DIGEST,
@@ -52,9 +45,13 @@ from capture_core.staging.errors import (
     EXTRAS_DIGEST_MISMATCH_ERROR_TYPE,
     STAGING_RULE_ERROR_TYPE,
     UNSUPPORTED_VERSION_ERROR_TYPE,
+    CallAlreadyCompletedError,
+    InvalidPrefixError,
     InvalidStagedCallError,
     StagingError,
     StreamingUnsupportedError,
+    UnsupportedAdmissionError,
+    VerificationError,
 )
 from capture_core.staging.fs_sink import FilesystemStagingSink
 from capture_core.staging.manifest import (
@@ -67,6 +64,7 @@ from capture_core.staging.manifest import (
 from capture_core.staging.reasons import (
     NON_POISONING_FAILURE_REASONS,
     AttributionReason,
+    CaptureFailureReason,
     LedgerFailureReason,
     LineageResolutionReason,
     ReceiptFailureReason,
@@ -74,11 +72,7 @@ from capture_core.staging.reasons import (
     VerificationCode,
     wrong_field_code,
 )
-from capture_core.staging.rebuild import (
-    LinearizedRollout,
-    VerificationError,
-    verify_and_linearize,
-)
+from capture_core.staging.rebuild import LinearizedRollout, verify_and_linearize
 from capture_core.staging.receipts import ReceiptOutcome, build_receipt
 from capture_core.staging.records import (
     COMMIT_COORDS_KEY,

@@ -27,7 +27,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from enum import StrEnum
 from typing import Any, Final, cast
 
 from capture_core.exceptions import quote_value
@@ -35,10 +34,14 @@ from capture_core.staging._base import CaptureMode
 from capture_core.staging.admission import CaptureAdmission
 from capture_core.staging.build import build_staged_call_record
 from capture_core.staging.errors import (
+    CallAlreadyCompletedError,
+    InvalidPrefixError,
     InvalidStagedCallError,
     StagingError,
     StreamingUnsupportedError,
+    UnsupportedAdmissionError,
 )
+from capture_core.staging.reasons import CaptureFailureReason
 from capture_core.staging.records import CommitCoords, StagedCallRecord, StageResult
 from capture_core.staging.sinks import (
     Attachments,
@@ -65,58 +68,6 @@ _STREAMING_UNSUPPORTED: Final = (
     "streaming unsupported: token capture needs the whole engine response; use buffered SSE "
     "(the server streams to the client after capture) or non-streaming backend requests"
 )
-
-
-class CaptureFailureReason(StrEnum):
-    """Why a call ended ``capture_failed`` (``PendingCall.failure_reason``).
-
-    ``fail_call`` records the reason its caller gives instead.
-    """
-
-    PREFIX_MISMATCH = "prefix_mismatch"
-    """The prompt does not start with the staged prefix the call continues."""
-    INVALID_CAPTURE_DATA = "invalid_capture_data"
-    """Token ids, log-probs or extras that cannot be staged (wrong type, range, length...)."""
-    EXTRACTION_FAILED = "extraction_failed"
-    """The adapter could not read the token fields from the engine response."""
-    SINK_REFUSED_ATTACHMENTS = "sink_refused_attachments"
-    """The sink raised ``TypeError`` for a call with attachments (e.g. a text-only sink)."""
-    SINK_ERROR = "sink_error"
-    """The sink raised."""
-    SINK_REJECTED = "sink_rejected"
-    """The sink returned ``StageResult(ok=False)``."""
-    SINK_INVALID_RESULT = "sink_invalid_result"
-    """The sink returned something other than a usable ``StageResult``."""
-
-
-class CallAlreadyCompletedError(StagingError):
-    """A call was completed (or failed) a second time; the first answer stands.
-
-    Attributes:
-        model_call_id: the call.
-    """
-
-    def __init__(self, model_call_id: str) -> None:
-        self.model_call_id = model_call_id
-        super().__init__(f"model call {quote_value(model_call_id)} was already completed")
-
-
-class InvalidPrefixError(StagingError, ValueError):
-    """``begin_call`` was given a prefix that does not fit the admission; nothing was begun.
-
-    Attributes:
-        model_call_id: the call.
-        reason: what is wrong, in words.
-    """
-
-    def __init__(self, model_call_id: str, reason: str) -> None:
-        self.model_call_id = model_call_id
-        self.reason = reason
-        super().__init__(f"model call {quote_value(model_call_id)}: {reason}")
-
-
-class UnsupportedAdmissionError(StagingError):
-    """An admission this worker cannot capture correctly (a checkpoint generation cut)."""
 
 
 class PendingCall:

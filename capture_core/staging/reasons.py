@@ -22,6 +22,7 @@ from typing import Final
 __all__ = [
     "NON_POISONING_FAILURE_REASONS",
     "AttributionReason",
+    "CaptureFailureReason",
     "LedgerFailureReason",
     "LineageResolutionReason",
     "ReceiptFailureReason",
@@ -142,3 +143,25 @@ def wrong_field_code(field: str) -> str:
         'wrong_weight_version'
     """
     return f"wrong_{field}"
+
+
+class CaptureFailureReason(StrEnum):
+    """Why a call ended ``capture_failed`` (``PendingCall.failure_reason``).
+
+    ``fail_call`` records the reason its caller gives instead.
+    """
+
+    PREFIX_MISMATCH = "prefix_mismatch"
+    """The prompt does not start with the staged prefix the call continues."""
+    INVALID_CAPTURE_DATA = "invalid_capture_data"
+    """Token ids, log-probs or extras that cannot be staged (wrong type, range, length...)."""
+    EXTRACTION_FAILED = "extraction_failed"
+    """The adapter could not read the token fields from the engine response."""
+    SINK_REFUSED_ATTACHMENTS = "sink_refused_attachments"
+    """The sink raised ``TypeError`` for a call with attachments (e.g. a text-only sink)."""
+    SINK_ERROR = "sink_error"
+    """The sink raised."""
+    SINK_REJECTED = "sink_rejected"
+    """The sink returned ``StageResult(ok=False)``."""
+    SINK_INVALID_RESULT = "sink_invalid_result"
+    """The sink returned something other than a usable ``StageResult``."""

@@ -42,7 +42,7 @@ from capture_core.staging.errors import (
     DIGEST_MISMATCH_ERROR_TYPE,
     EXTRAS_DIGEST_MISMATCH_ERROR_TYPE,
     UNSUPPORTED_VERSION_ERROR_TYPE,
-    StagingError,
+    VerificationError,
 )
 from capture_core.staging.manifest import CallRecord, RolloutReceipt
 from capture_core.staging.reasons import VerificationCode, wrong_field_code
@@ -72,26 +72,6 @@ _COMPARED_FIELDS: Final = (
     "chain_hash",
     "cumulative_hash",
 )
-
-
-class VerificationError(StagingError):
-    """A receipt and its snapshots that cannot become a training row.
-
-    Attributes:
-        code: a :class:`VerificationCode`, or ``wrong_<field>`` for a snapshot field that
-            differs from its manifest row.
-        rollout_id: the receipt's rollout.
-        model_call_id: the call at fault, or ``None`` for a fault of the receipt or the set.
-    """
-
-    def __init__(
-        self, code: str, detail: str, *, rollout_id: str, model_call_id: str | None = None
-    ) -> None:
-        self.code = code
-        self.rollout_id = rollout_id
-        self.model_call_id = model_call_id
-        where = "" if model_call_id is None else f" (call {quote_value(model_call_id)})"
-        super().__init__(f"{code}{where}: {detail}")
 
 
 @dataclass(frozen=True, slots=True)

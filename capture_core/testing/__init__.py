@@ -4,6 +4,8 @@
 * ``*_body`` / ``*_stream``: that answer as each API sends it, non-streaming or as SSE.
 * :func:`capture_line`: the raw capture line the server writes for such a call;
   :class:`CaptureLineFactory` makes many varied, realistic lines from a seed.
+* :class:`InMemoryStagingSink` / :class:`LegacyStagingSink`: token-staging sinks for tests
+  (the second takes no ``attachments`` keyword, like a pre-attachments sink).
 * :class:`SimulatedWorker`: an OpenAI/Anthropic-compatible inference worker (ASGI app) with
   per-request fault injection (``x-ngcapture-fault``), deterministic for a seed.
 * ``run_worker`` / ``run_capture_server`` (in ``capture_core.testing.processes``): both as real
@@ -23,6 +25,7 @@ from capture_core.testing.answers import (
 )
 from capture_core.testing.bodies import chat_body, messages_body, response_body, responses_body
 from capture_core.testing.lines import DIALECT_NAMES, CaptureLineFactory, capture_line, torn
+from capture_core.testing.staging import InMemoryStagingSink, LegacyStagingSink
 from capture_core.testing.streams import (
     chat_stream,
     messages_stream,
@@ -36,6 +39,8 @@ __all__ = [
     "DIALECT_NAMES",
     "Answer",
     "CaptureLineFactory",
+    "InMemoryStagingSink",
+    "LegacyStagingSink",
     "SimulatedDrop",
     "SimulatedWorker",
     "ToolCallSpec",
