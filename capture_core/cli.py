@@ -3,6 +3,8 @@
 ``ngcapture worker`` runs the simulated inference worker; ``ngcapture serve`` runs the capture
 model server in front of an upstream worker. Both listen on loopback by default, print the URL
 they listen on (``--port 0`` picks a free port) and stop cleanly on SIGINT/SIGTERM.
+``ngcapture collect`` runs rollouts of a task file through a capture server and writes one
+record per rollout with its ``ng_model_call_capture`` attachment.
 """
 
 from __future__ import annotations
@@ -102,7 +104,9 @@ def _worker(args: argparse.Namespace) -> int:
     from capture_core.testing.worker import SimulatedWorker, WorkerConfig
 
     logging.getLogger("uvicorn.error").addFilter(_QuietSimulatedDrops())
-    config = WorkerConfig(seed=args.seed, ttft_ms=args.ttft_ms, ms_per_token=args.ms_per_token)
+    staging = str(args.staging_dir.resolve()) if args.staging_dir else None
+    config = WorkerConfig(seed=args.seed, ttft_ms=args.ttft_ms, ms_per_token=args.ms_per_token,
+                          staging_dir=staging, weight_version=args.weight_version)  # fmt: skip
     return _run(SimulatedWorker(config), name="worker", host=args.host, port=args.port,
                 port_file=args.port_file)  # fmt: skip
 
@@ -123,6 +127,37 @@ def _serve(args: argparse.Namespace) -> int:
                 port_file=args.port_file, proxy=True)  # fmt: skip
 
 
+def _collect(args: argparse.Namespace) -> int:
+    from capture_core.collect import CollectConfig, CollectError, collect
+    from capture_core.exceptions import CaptureStoreError
+
+    config = CollectConfig(
+        args.input,
+        args.output,
+        args.model_url,
+        [path.resolve() for path in args.capture_dir],
+        limit=args.limit,
+        num_repeats=args.num_repeats,
+        concurrency=args.concurrency,
+        resume=args.resume,
+        drain_timeout_s=args.drain_timeout_s,
+        tools=args.tools,
+        dialect=args.dialect,
+        model=args.model,
+        max_attempts=args.max_attempts,
+    )
+    for noisy in ("httpx", "httpx2", "openai"):  # one INFO line per model call otherwise
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        summary = collect(config)
+    except (CollectError, CaptureStoreError) as exc:
+        print(f"ngcapture collect: {exc}", file=sys.stderr)
+        return 2
+    print(summary.format(), flush=True)
+    # Failed rollouts are recorded (and retried by --resume); only a run where none worked fails.
+    return 1 if summary.dispatched and not summary.ok else 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ngcapture", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -137,6 +172,8 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--seed", type=int, default=0)
     worker.add_argument("--ttft-ms", type=float, default=15.0)
     worker.add_argument("--ms-per-token", type=float, default=0.2)
+    worker.add_argument("--staging-dir", type=Path, help="training mode: stage tokens here")
+    worker.add_argument("--weight-version", type=int, default=1)
     worker.set_defaults(handler=_worker)
 
     serve = sub.add_parser("serve", help="run the capture model server")
@@ -145,6 +182,25 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--capture-dir", type=Path, help="capture directory (omit: no capture)")
     serve.add_argument("--model-server-name", default="policy_model")
     serve.set_defaults(handler=_serve)
+
+    collect = sub.add_parser("collect", help="collect rollouts through a capture server")
+    collect.add_argument("--input", type=Path, help="task JSONL (default: bundled MCQA examples)")
+    collect.add_argument("--output", type=Path, required=True, help="rollout JSONL to write")
+    collect.add_argument("--model-url", required=True, help="root URL of the capture server")
+    collect.add_argument("--capture-dir", type=Path, action="append", default=[],
+                         help="capture directory to clear and read (repeatable; omit: no "
+                              "capture attachment)")  # fmt: skip
+    collect.add_argument("--limit", type=int, help="use only the first N tasks")
+    collect.add_argument("--num-repeats", type=int, default=1, help="rollouts per task")
+    collect.add_argument("--concurrency", type=int, default=4, help="rollouts run at once")
+    collect.add_argument("--resume", action="store_true", help="run only what is missing")
+    collect.add_argument("--tools", action="store_true", help="offer the built-in tools")
+    collect.add_argument("--dialect", choices=("responses", "chat"), default="responses")
+    collect.add_argument("--model", default="sim-model-1")
+    collect.add_argument("--max-attempts", type=int, default=3)
+    collect.add_argument("--drain-timeout-s", type=float, default=10.0,
+                         help="wait this long for capture writes still in flight")  # fmt: skip
+    collect.set_defaults(handler=_collect)
     return parser
 
 

@@ -131,6 +131,7 @@ class _CapturedCall:
         )
         self.detector: TerminalDetector | None = None
         self.held: list[Message] = []
+        self.lookahead: Message | None = None
         self.holding = False
         self.t0 = time.perf_counter()
 
@@ -144,6 +145,12 @@ class _CapturedCall:
         async def copy_response(message: Message) -> None:
             if self._observe(message):
                 self.held.append(message)
+            elif message["type"] == "http.response.body" and not self.exchange.streaming:
+                # Keep the newest body chunk back: with a content-length the client is done as
+                # soon as it has the last byte, so that byte must wait for the capture line.
+                previous, self.lookahead = self.lookahead, message
+                if previous is not None:
+                    await send(previous)
             else:
                 await send(message)
 
@@ -240,6 +247,9 @@ class _CapturedCall:
             counters.add("writes_outstanding", -1)
 
     async def _release(self, send: Send) -> None:
+        if self.lookahead is not None:
+            await send(self.lookahead)
+            self.lookahead = None
         for message in self.held:
             await send(message)
         self.held.clear()

@@ -84,11 +84,19 @@ def start_service(
 
 @contextmanager
 def run_worker(
-    *, seed: int = 0, ttft_ms: float = 15.0, ms_per_token: float = 0.2
+    *,
+    seed: int = 0,
+    ttft_ms: float = 15.0,
+    ms_per_token: float = 0.2,
+    staging_dir: Path | None = None,
+    weight_version: int = 1,
 ) -> Iterator[ServiceProcess]:
-    """The simulated inference worker in its own process."""
-    service = start_service("worker", ["worker", "--seed", str(seed), "--ttft-ms", str(ttft_ms),
-                                       "--ms-per-token", str(ms_per_token)])  # fmt: skip
+    """The simulated inference worker in its own process (``staging_dir``: training mode)."""
+    args = ["worker", "--seed", str(seed), "--ttft-ms", str(ttft_ms), "--ms-per-token",
+            str(ms_per_token), "--weight-version", str(weight_version)]  # fmt: skip
+    if staging_dir is not None:
+        args += ["--staging-dir", str(staging_dir)]
+    service = start_service("worker", args)
     try:
         yield service
     finally:

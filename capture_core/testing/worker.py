@@ -53,6 +53,7 @@ from starlette.types import Receive, Scope, Send
 from capture_core.sse import SSEEvent, format_event, parse_sse
 from capture_core.testing import _worker_faults as faults
 from capture_core.testing._worker_answers import compose_answer, tokens_of
+from capture_core.testing._worker_training import TRAINING_KEY, TrainingStager, add_token_fields
 from capture_core.testing.answers import Answer, error_body
 from capture_core.testing.bodies import chat_body, messages_body, responses_body
 from capture_core.testing.streams import chat_stream, messages_stream, responses_stream
@@ -80,6 +81,9 @@ class WorkerConfig:
             body of a non-streaming answer); at most ``MAX_GENERATION_S`` per response.
         models: ids listed by ``GET /v1/models`` (any model name is accepted in requests).
         cache_rate: probability that a prompt reports cached tokens.
+        staging_dir: where requests carrying ``ng_capture`` stage their tokens (training
+            mode); ``None`` refuses such requests.
+        weight_version: the policy weight version stamped on staged calls.
     """
 
     seed: int = 0
@@ -87,6 +91,8 @@ class WorkerConfig:
     ms_per_token: float = 0.2
     models: tuple[str, ...] = ("sim-model-1", "sim-model-2")
     cache_rate: float = 0.3
+    staging_dir: str | None = None
+    weight_version: int = 1
 
 
 class SimulatedWorker:
@@ -112,6 +118,13 @@ class SimulatedWorker:
     def __init__(self, config: WorkerConfig | None = None) -> None:
         self._config = config or WorkerConfig()
         self._served = 0
+        directory = self._config.staging_dir
+        self._stager = (
+            TrainingStager(directory, seed=self._config.seed,
+                           weight_version=self._config.weight_version)
+            if directory is not None
+            else None
+        )  # fmt: skip
         routes = [
             Route(path, self._endpoint(dialect), methods=["POST"])
             for dialect, path in _PATHS.items()
@@ -145,7 +158,7 @@ class SimulatedWorker:
     def _endpoint(self, dialect: str) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             self._served += 1
-            return await _answer(dialect, request, self._config)
+            return await _answer(dialect, request, self._config, self._stager)
 
         return endpoint
 
@@ -163,7 +176,9 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return faults.json_response(body, status=status, headers=headers)
 
 
-async def _answer(dialect: str, request: Request, config: WorkerConfig) -> Response:
+async def _answer(
+    dialect: str, request: Request, config: WorkerConfig, stager: TrainingStager | None
+) -> Response:
     def bad(message: str) -> Response:
         return faults.json_response(error_body(dialect, 400, message), status=400)
 
@@ -190,6 +205,8 @@ async def _answer(dialect: str, request: Request, config: WorkerConfig) -> Respo
     request_id = "req_" + answer.response_id[-24:]
     headers = {"x-request-id": request_id, "request-id": request_id}
     stream = body.get("stream") is True
+    if TRAINING_KEY in body:
+        return await _training_answer(dialect, body, answer, stager, stream=stream)
     if stream and fault.kind != "malformed":
         return _stream(
             dialect,
@@ -208,6 +225,30 @@ async def _answer(dialect: str, request: Request, config: WorkerConfig) -> Respo
     if fault.kind == "inband_error":
         return faults.json_response(faults.inband_body(dialect, answer), headers=headers)
     return Response(payload, 200, headers, media_type="application/json")
+
+
+async def _training_answer(
+    dialect: str, body: dict[str, Any], answer: Answer, stager: TrainingStager | None,
+    *, stream: bool,
+) -> Response:  # fmt: skip
+    """Training mode: stage the tokens, answer with token fields and commit coordinates."""
+    if dialect == "messages" or stream:
+        message = (
+            "external staging requires non-streaming backend requests"
+            if stream
+            else "token capture is served on /v1/responses and /v1/chat/completions"
+        )
+        return faults.json_response(error_body(dialect, 422, message), status=422)  # fmt: skip
+    if stager is None:
+        message = "this worker has no staging directory (ngcapture worker --staging-dir)"
+        return faults.json_response(error_body(dialect, 503, message), status=503)
+    try:
+        staged = await asyncio.to_thread(stager.stage, dialect, body, answer)
+    except ValueError as exc:
+        return faults.json_response(error_body(dialect, 400, f"ng_capture: {exc}"), status=400)
+    payload = _body(dialect, answer)
+    add_token_fields(dialect, payload, staged)
+    return Response(orjson.dumps(payload), 200, media_type="application/json")
 
 
 async def _disconnected_within(request: Request, seconds: float) -> bool:

@@ -177,3 +177,17 @@ def test_hostile_paths_are_served_uncaptured_and_counted(stack: Stack, tmp_path:
     # only the capture directory (and its parents) exist now; nothing was written anywhere
     assert all(p == capture_dir or p in capture_dir.parents for p in created), created
     assert [p for p in capture_dir.rglob("*") if p.is_file()] == []
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_finished_response_always_has_its_line(stack: Stack, stream: bool) -> None:
+    """Once the client has the whole answer, its capture line is durable (no waiting)."""
+    rollout_id = f"durable-{int(stream)}"
+    path = stack.store.path_for(rollout_id)
+    body = orjson.dumps(request_body("chat", stream=stream))
+    with httpx.Client(timeout=30) as client:
+        for i in range(40):
+            response = client.post(stack.base(rollout_id) + "/chat/completions", content=body,
+                                   headers={"content-type": "application/json"})  # fmt: skip
+            assert response.status_code == 200
+            assert path.read_bytes().count(b"\n") == i + 1

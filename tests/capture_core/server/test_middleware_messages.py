@@ -269,3 +269,26 @@ def test_bodies_too_deep_to_encode_are_kept_raw(tmp_path: Path) -> None:
     assert record.request_raw == deep.decode()
     assert record.response_raw == deep.decode()
     assert not store.is_incomplete("0-0")
+
+
+def test_the_last_json_bytes_wait_for_the_line_too(tmp_path: Path) -> None:
+    """With a content-length the client is done at the last byte, not at the empty final
+    message, so the last non-empty chunk is held as well."""
+    store = CaptureStore(tmp_path)
+    body = orjson.dumps({"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 3}})
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode())]})  # fmt: skip
+        await send({"type": "http.response.body", "body": body[:10], "more_body": True})
+        await send({"type": "http.response.body", "body": body[10:], "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    seen: list[tuple[bytes, int]] = []
+    asyncio.run(drive(make(app, store), "/ng-rollout/0-0/v1/chat/completions",
+                      lambda m: seen.append((m.get("body", b"start"), lines(store)))))  # fmt: skip
+    assert seen == [(b"start", 0), (body[:10], 0), (body[10:], 1), (b"", 1)]
+    (record,) = store.read_records("0-0").records
+    assert record.tokens_in == 3

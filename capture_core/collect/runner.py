@@ -1,0 +1,405 @@
+"""The collection loop: read tasks, plan attempts, clear, dispatch, attach capture, write lines.
+
+For each finished rollout the collector writes ONE line, appended with flush and fsync under a
+lock, so a kill leaves only whole lines: the input row plus what the agent returned, the
+grader's ``reward`` and ``parsed_answer`` (never overwriting the agent's own fields) and, when
+capture directories are given, ``ng_model_call_capture`` and ``ng_trajectory``. A rollout whose
+agent raised goes to the failures sidecar instead, with its attempt, so a resumed run retries it
+under the next ``-a<n>`` id.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import KW_ONLY, asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any, Final
+
+import orjson
+
+from capture_core.collect.agent import Agent, Dialect, SimpleAgent
+from capture_core.collect.attachment import DEFAULT_DRAIN_TIMEOUT_S, capture_attachment
+from capture_core.collect.attempts import (
+    DEFAULT_MAX_ATTEMPTS,
+    BadLine,
+    ClearReport,
+    CollectError,
+    clear_rollouts,
+    expand_rows,
+    failures_path,
+    load_resume_state,
+    plan_attempts,
+    read_jsonl_rows,
+    repair_torn_tail,
+    rollout_ids,
+)
+from capture_core.collect.grader import grade
+from capture_core.collect.trajectory import capture_fields
+from capture_core.ids import ATTEMPT_INDEX_KEY
+from capture_core.records import ATTACHMENT_KEY
+
+__all__ = ["EXAMPLE_TASKS", "CollectConfig", "CollectSummary", "Grader", "collect"]
+
+logger = logging.getLogger(__name__)
+
+EXAMPLE_TASKS: Final = Path(__file__).with_name("data") / "mcqa_example.jsonl"
+FAILURE_KEY: Final = "ng_failure"
+Grader = Callable[[Mapping[str, Any], Mapping[str, Any]], Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class CollectConfig:
+    """What to collect and where.
+
+    Attributes:
+        input: the task JSONL (``None``: the bundled example tasks).
+        output: the rollout JSONL; failures go to ``<stem>_failures.jsonl`` beside it.
+        model_url: the capture server's root URL.
+        capture_dirs: the capture directories to clear and read (empty: capture off).
+        limit: use only the first ``limit`` tasks.
+        num_repeats: rollouts per task.
+        concurrency: rollouts run at once.
+        resume: keep the output and run only what is missing; otherwise both files restart.
+        drain_timeout_s: bound on waiting for in-flight capture writes (before clearing, in
+            all; after each rollout, per rollout).
+        tools: let the simple agent use its built-in tools.
+        dialect: ``responses`` or ``chat``.
+        model: the model name the agent sends.
+        max_attempts: a row that failed this many times is not run again.
+        max_turns: model calls per rollout, at most.
+        timeout_s: the agent's request timeout.
+    """
+
+    input: str | os.PathLike[str] | None
+    output: str | os.PathLike[str]
+    model_url: str
+    capture_dirs: Sequence[str | os.PathLike[str]] = ()
+    _: KW_ONLY
+    limit: int | None = None
+    num_repeats: int = 1
+    concurrency: int = 4
+    resume: bool = False
+    drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
+    tools: bool = False
+    dialect: Dialect = "responses"
+    model: str = "sim-model-1"
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    max_turns: int = 4
+    timeout_s: float = 60.0
+
+
+@dataclass
+class CollectSummary:
+    """What a collection did, with totals over the rollouts it ran (not earlier runs')."""
+
+    output: Path
+    failures: Path
+    tasks: int = 0
+    bad_input_lines: list[BadLine] = field(default_factory=list)
+    dispatched: int = 0
+    already_finished: int = 0
+    exhausted: int = 0
+    ok: int = 0
+    failed: int = 0
+    mean_reward: float | None = None
+    num_calls: int = 0
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    tokens_total: int | None = None
+    latency_p50_ms: float | None = None
+    latency_p95_ms: float | None = None
+    gaps: dict[str, int] = field(default_factory=dict)
+    cleared_files: int = 0
+    cleared_still_pending: int = 0
+    elapsed_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready values (paths as strings)."""
+        data = asdict(self)
+        data["output"], data["failures"] = str(self.output), str(self.failures)
+        data["bad_input_lines"] = [
+            {"line_number": b.line_number, "reason": b.reason} for b in self.bad_input_lines
+        ]
+        return data
+
+    def format(self) -> str:
+        """A few human lines, as the CLI prints them."""
+
+        def num(value: float | None, unit: str = "") -> str:
+            if value is None:
+                return "unknown"
+            return f"{value:,}{unit}" if isinstance(value, int) else f"{value:,.1f}{unit}"
+
+        reward = "n/a" if self.mean_reward is None else f"{self.mean_reward:.3f}"
+        gaps = ", ".join(f"{code} {n}" for code, n in sorted(self.gaps.items())) or "none"
+        return "\n".join([
+            f"rollouts: {self.ok} ok, {self.failed} failed (dispatched {self.dispatched}; "
+            f"{self.already_finished} already finished, {self.exhausted} out of attempts)",
+            f"mean reward: {reward}",
+            f"model calls: {self.num_calls}; tokens in {num(self.tokens_in)}, "
+            f"out {num(self.tokens_out)}, total {num(self.tokens_total)}",
+            f"latency per call: p50 {num(self.latency_p50_ms, ' ms')}, "
+            f"p95 {num(self.latency_p95_ms, ' ms')}",
+            f"gaps: {gaps}",
+            f"bad input lines skipped: {len(self.bad_input_lines)}; earlier capture archived: "
+            f"{self.cleared_files} file(s), {self.cleared_still_pending} write(s) still pending",
+            f"output: {self.output}",
+            f"failures: {self.failures}",
+        ])  # fmt: skip
+
+
+def collect(
+    config: CollectConfig, *, agent: Agent | None = None, grader: Grader = grade
+) -> CollectSummary:
+    """Run every missing rollout of the input tasks and write one output line per rollout.
+
+    Args:
+        config: what to collect and where.
+        agent: runs one rollout (default: a :class:`SimpleAgent` from the config).
+        grader: adds ``reward`` and ``parsed_answer`` (fields the agent set are kept).
+
+    Raises:
+        CollectError: the configuration is unusable or two rows would share a rollout id.
+        CaptureStoreError: an earlier capture could not be archived.
+
+    Example:
+        >>> summary = collect(CollectConfig(None, "out/rollouts.jsonl", "http://127.0.0.1:8000",
+        ...                                 ["/abs/model-calls"], limit=5))  # doctest: +SKIP
+        >>> summary.ok
+        5
+    """
+    started = time.monotonic()
+    _check(config)
+    agent = agent or _default_agent(config)  # a bad option fails here, before any file changes
+    output = Path(config.output)
+    summary = CollectSummary(output=output, failures=failures_path(output))
+    source = Path(config.input) if config.input is not None else EXAMPLE_TASKS
+    if not source.is_file():
+        raise CollectError("the input task file does not exist", path=source)
+    read = read_jsonl_rows(source)
+    for bad in read.bad:
+        logger.warning("skipping input line %d of %s: %s", bad.line_number, source, bad.reason)
+    tasks = read.rows[: config.limit] if config.limit is not None else read.rows
+    summary.tasks, summary.bad_input_lines = len(tasks), read.bad
+    rows = expand_rows(tasks, config.num_repeats)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    state = None
+    if config.resume:
+        for path in (output, summary.failures):
+            repair_torn_tail(path)
+        state = load_resume_state(output)
+    else:
+        for path in (output, summary.failures):
+            if path.exists() and path.stat().st_size:
+                logger.info("not resuming: starting %s afresh", path)
+            path.write_bytes(b"")
+    plan = plan_attempts(rows, state, max_attempts=config.max_attempts)
+    ids = rollout_ids(plan.dispatch)
+    summary.dispatched = len(plan.dispatch)
+    summary.already_finished, summary.exhausted = len(plan.finished), len(plan.exhausted)
+    dirs = [Path(d) for d in config.capture_dirs]
+    cleared = clear_rollouts(dirs, ids, wait_s=config.drain_timeout_s) if dirs else ClearReport()
+    summary.cleared_files, summary.cleared_still_pending = (
+        len(cleared.moved),
+        cleared.pending_count,
+    )
+    run = _Run(config, dirs, agent, grader)
+    with (
+        _Appender(output) as successes,
+        _Appender(summary.failures) as failures,
+        _Progress(len(ids)) as progress,
+        ThreadPoolExecutor(config.concurrency, thread_name_prefix="collect") as pool,
+    ):
+        futures = [
+            pool.submit(run.one, row, rid, successes, failures)
+            for row, rid in zip(plan.dispatch, ids, strict=True)
+        ]
+        for future in as_completed(futures):
+            progress.advance(ok=future.result())
+    _totals(summary, run.records, run.failed)
+    summary.elapsed_s = round(time.monotonic() - started, 3)
+    return summary
+
+
+def _check(config: CollectConfig) -> None:
+    if config.concurrency < 1:
+        raise CollectError(f"concurrency must be at least 1, got {config.concurrency}")
+    if config.num_repeats < 1:
+        raise CollectError(f"num_repeats must be at least 1, got {config.num_repeats}")
+    if config.limit is not None and config.limit < 0:
+        raise CollectError(f"limit must be >= 0, got {config.limit}")
+    if config.max_attempts < 1:
+        raise CollectError(f"max_attempts must be at least 1, got {config.max_attempts}")
+    if not math.isfinite(config.drain_timeout_s) or config.drain_timeout_s < 0:
+        raise CollectError(f"drain_timeout_s must be >= 0, got {config.drain_timeout_s}")
+
+
+def _default_agent(config: CollectConfig) -> Agent:
+    return SimpleAgent(config.model_url, model=config.model, dialect=config.dialect,
+                       tools=config.tools, max_turns=config.max_turns,
+                       timeout_s=config.timeout_s)  # fmt: skip
+
+
+class _Run:
+    """Runs single rollouts on pool threads; keeps what the summary needs."""
+
+    def __init__(
+        self, config: CollectConfig, dirs: list[Path], agent: Agent, grader: Grader
+    ) -> None:
+        self.config, self.dirs, self.agent, self.grader = config, dirs, agent, grader
+        self.records: list[dict[str, Any]] = []
+        self.failed = 0
+        self._lock = threading.Lock()
+
+    def one(
+        self, row: dict[str, Any], rollout_id: str, successes: _Appender, failures: _Appender
+    ) -> bool:
+        """Run, grade, attach, write. Returns whether the rollout succeeded."""
+        result: dict[str, Any] = {}
+        try:
+            result = dict(self.agent.run(row, rollout_id))
+            record = {**row, **result}
+            for key, value in self.grader(row, result).items():
+                record.setdefault(key, value)
+        except Exception as exc:  # an agent or grader failure is this rollout's failure
+            record = self._failure(row, rollout_id, exc)
+        if self.dirs:
+            attachment = capture_attachment(
+                self.dirs, rollout_id, drain_timeout_s=self.config.drain_timeout_s
+            )
+            record.update(capture_fields(row, result, attachment))
+        ok = FAILURE_KEY not in record
+        try:
+            (successes if ok else failures).write(record)
+        except TypeError as exc:  # the agent returned something JSON cannot hold
+            ok = False
+            record = {**self._failure(row, rollout_id, exc), **_capture_only(record)}
+            failures.write(record)
+        kept: dict[str, Any] = {k: record[k] for k in ("reward", ATTACHMENT_KEY) if k in record}
+        with self._lock:
+            self.records.append({**kept, FAILURE_KEY: True} if not ok else kept)
+            self.failed += not ok
+        return ok
+
+    def _failure(self, row: dict[str, Any], rollout_id: str, exc: BaseException) -> dict[str, Any]:
+        logger.warning("rollout %s failed: %s: %s", rollout_id, type(exc).__name__, exc)
+        failure = {
+            "rollout_id": rollout_id,
+            "attempt": row.get(ATTEMPT_INDEX_KEY, 0),
+            "error_type": type(exc).__name__,
+            "error": str(exc)[:2000],
+        }
+        return {**row, FAILURE_KEY: failure}
+
+
+def _capture_only(record: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: record[key] for key in (ATTACHMENT_KEY,) if key in record}
+
+
+class _Appender:
+    """One JSON line per record, appended whole under a lock, flushed and fsynced."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self._file: IO[bytes] | None = None
+
+    def __enter__(self) -> _Appender:
+        self._file = self._path.open("ab")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        """Raises TypeError (nothing written) if the record cannot be encoded as JSON."""
+        line = orjson.dumps(
+            record, default=str, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS
+        )
+        with self._lock:
+            if self._file is None:
+                raise CollectError("the output file is closed", path=self._path)
+            self._file.write(line)
+            self._file.flush()
+            os.fsync(self._file.fileno())
+
+
+class _Progress:
+    """``\\r``-updated progress line on stderr, only when stderr is a terminal."""
+
+    def __init__(self, total: int, stream: IO[str] | None = None) -> None:
+        self._stream = stream or sys.stderr
+        self._enabled = self._stream.isatty()
+        self._total, self._ok, self._failed = total, 0, 0
+        self._started = time.monotonic()
+
+    def __enter__(self) -> _Progress:
+        self._draw()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._enabled:
+            self._stream.write("\n")
+            self._stream.flush()
+
+    def advance(self, *, ok: bool) -> None:
+        self._ok += ok
+        self._failed += not ok
+        self._draw()
+
+    def _draw(self) -> None:
+        if not self._enabled:
+            return
+        done = self._ok + self._failed
+        width = 30
+        filled = width * done // self._total if self._total else width
+        bar = "#" * filled + "." * (width - filled)
+        elapsed = time.monotonic() - self._started
+        self._stream.write(f"\rcollect [{bar}] {done}/{self._total} ok {self._ok} "
+                           f"failed {self._failed} {elapsed:.0f}s")  # fmt: skip
+        self._stream.flush()
+
+
+def _totals(summary: CollectSummary, records: list[dict[str, Any]], failed: int) -> None:
+    summary.failed, summary.ok = failed, len(records) - failed
+    rewards = [
+        float(r["reward"])
+        for r in records
+        if FAILURE_KEY not in r and isinstance(r.get("reward"), int | float)
+    ]
+    summary.mean_reward = round(sum(rewards) / len(rewards), 6) if rewards else None
+    latencies: list[float] = []
+    gaps: Counter[str] = Counter()
+    for record in records:
+        capture = record.get(ATTACHMENT_KEY)
+        if not isinstance(capture, dict):
+            continue
+        metrics = capture["metrics"]
+        summary.num_calls += metrics["num_calls"]
+        for name in ("tokens_in", "tokens_out", "tokens_total"):
+            if metrics[name] is not None:
+                setattr(summary, name, (getattr(summary, name) or 0) + metrics[name])
+        latencies += [c["latency_total_ms"] for c in capture["calls"]
+                      if c.get("latency_total_ms") is not None]  # fmt: skip
+        gaps.update(gap["code"] for gap in capture.get("gaps", ()))
+    summary.gaps = dict(sorted(gaps.items()))
+    summary.latency_p50_ms = _percentile(latencies, 0.50)
+    summary.latency_p95_ms = _percentile(latencies, 0.95)
+
+
+def _percentile(values: list[float], fraction: float) -> float | None:
+    """Nearest-rank percentile; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]

@@ -1,0 +1,122 @@
+"""The simulated worker's training mode: stage the call's tokens, return commit coordinates.
+
+When a request carries ``ng_capture`` (a :class:`CaptureAdmission`), the worker tokenizes the
+conversation with the reversible :class:`ByteTokenizer`, "generates" the answer's tokens with
+deterministic log-probs, stages them through :class:`RolloutTokenCapture` into a
+:class:`FilesystemStagingSink`, and answers like vLLM with ``return_token_ids``: top-level
+``prompt_token_ids``, ``choices[0].token_ids`` and ``logprobs.content`` entries whose token is
+``token_id:<id>`` (Chat), or the token fields on the output message (Responses), plus
+``ng_commit_coords``. Token arrays never need to travel back through the model server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from capture_core.staging import (
+    COMMIT_COORDS_KEY,
+    CaptureAdmission,
+    FilesystemStagingSink,
+    RolloutTokenCapture,
+)
+from capture_core.testing.answers import Answer
+from capture_core.testing.tokenizer import SPECIAL_TOKENS, ByteTokenizer, logprobs_for
+
+__all__ = ["TRAINING_KEY", "TrainingStager"]
+
+TRAINING_KEY: Final = "ng_capture"
+_TOKENIZER: Final = ByteTokenizer()
+
+
+def _messages(dialect: str, body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    if dialect == "chat":
+        return [m for m in body.get("messages", []) if isinstance(m, Mapping)]
+    items = body.get("input")
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    messages: list[Mapping[str, Any]] = []
+    for item in items if isinstance(items, list) else ():
+        if isinstance(item, Mapping):
+            content = item.get("content", item.get("output", ""))
+            messages.append({"role": item.get("role", "tool"), "content": content})
+    return messages
+
+
+def _prompt(dialect: str, body: Mapping[str, Any], prefix: list[int]) -> list[int]:
+    """The prompt ids: the rendered conversation, forced to start with the staged prefix."""
+    rendered = _TOKENIZER.render_prompt(_messages(dialect, body))
+    if not prefix or rendered[: len(prefix)] == prefix:
+        return rendered
+    last = _messages(dialect, body)[-1:]  # the newest turn, appended after the prefix
+    return prefix + _TOKENIZER.render_prompt(last)[1:]
+
+
+def _answer_text(answer: Answer) -> str:
+    if answer.tool_calls:
+        call = answer.tool_calls[0]
+        return orjson.dumps({"name": call.name, "arguments": call.arguments_json}).decode()
+    return answer.text
+
+
+class TrainingStager:
+    """Stages calls into ``root`` for one worker process (one sink, one capture object)."""
+
+    def __init__(self, root: str | Path, *, seed: int, weight_version: int = 1) -> None:
+        self.sink = FilesystemStagingSink(root)
+        self.seed = seed
+        self.capture = RolloutTokenCapture(sink=self.sink, weight_version_fn=lambda: weight_version)
+
+    def stage(self, dialect: str, body: Mapping[str, Any], answer: Answer) -> dict[str, Any]:
+        """Stage one call; returns the token fields and coordinates to add to the response.
+
+        Raises:
+            ValueError: the admission is invalid (the worker answers 400).
+        """
+        admission = CaptureAdmission.model_validate(body[TRAINING_KEY])
+        prefix = list(admission.required_prefix_token_ids)
+        if not prefix and admission.staging_chain:
+            snapshots = self.sink.fetch(admission.staging_chain)
+            prefix = [t for snapshot in snapshots for t in snapshot.token_ids_delta]
+        prompt = _prompt(dialect, body, prefix)
+        generated = [*_TOKENIZER.encode(_answer_text(answer)), SPECIAL_TOKENS["<|end|>"]]
+        logprobs = logprobs_for(self.seed, prompt, generated)
+        call = self.capture.begin_call(admission, prefix_token_ids=prefix or None)
+        coords = self.capture.complete_call(
+            call,
+            prompt_token_ids=prompt,
+            generated_token_ids=generated,
+            generated_logprobs=logprobs,
+        )
+        return {
+            "prompt_token_ids": prompt,
+            "token_ids": generated,
+            "logprobs": logprobs,
+            COMMIT_COORDS_KEY: coords.model_dump(mode="json"),
+        }
+
+
+def add_token_fields(dialect: str, payload: dict[str, Any], staged: Mapping[str, Any]) -> None:
+    """Put the staged token fields where vLLM (Chat) or Gym (Responses) puts them."""
+    payload[COMMIT_COORDS_KEY] = staged[COMMIT_COORDS_KEY]
+    ids, logprobs = staged["token_ids"], staged["logprobs"]
+    if dialect == "chat":
+        payload["prompt_token_ids"] = staged["prompt_token_ids"]
+        choice = payload["choices"][0]
+        choice["token_ids"] = ids
+        choice["logprobs"] = {
+            "content": [
+                {"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []}
+                for t, lp in zip(ids, logprobs, strict=True)
+            ]
+        }
+        return
+    for item in payload.get("output", []):
+        if item.get("type") in ("message", "function_call"):
+            item["prompt_token_ids"] = staged["prompt_token_ids"]
+            item["generation_token_ids"] = ids
+            item["generation_log_probs"] = logprobs
+            return

@@ -1,0 +1,64 @@
+"""The simulated worker's training mode, in process."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from capture_core.staging import COMMIT_COORDS_KEY, CaptureAdmission, CaptureMode
+from capture_core.testing import SimulatedWorker, WorkerConfig
+from capture_core.testing.tokenizer import ByteTokenizer
+
+
+def post(worker: SimulatedWorker, path: str, body: dict[str, Any]) -> httpx.Response:
+    async def go() -> httpx.Response:
+        transport = httpx.ASGITransport(app=worker)
+        async with httpx.AsyncClient(transport=transport, base_url="http://w") as client:
+            return await client.post(path, json=body)
+
+    return asyncio.run(go())
+
+
+def admission(rollout_id: str = "r-0") -> dict[str, Any]:
+    return CaptureAdmission(
+        rollout_id=rollout_id, model_call_id=uuid.uuid4().hex, mode=CaptureMode.TEXT
+    ).model_dump(mode="json")
+
+
+def test_a_root_call_is_staged_and_answered_with_tokens(tmp_path: Path) -> None:
+    worker = SimulatedWorker(WorkerConfig(ttft_ms=0, ms_per_token=0, staging_dir=str(tmp_path)))
+    messages = [{"role": "user", "content": "Which is larger? (A) 2 (B) 3"}]
+    response = post(worker, "/v1/chat/completions",
+                    {"model": "m", "messages": messages, "ng_capture": admission()})  # fmt: skip
+    assert response.status_code == 200, response.text
+    payload = response.json()
+    choice = payload["choices"][0]
+    tokenizer = ByteTokenizer()
+    assert payload["prompt_token_ids"] == tokenizer.render_prompt(messages)
+    assert tokenizer.decode(choice["token_ids"]) == choice["message"]["content"] + "<|end|>"
+    tokens = [entry["token"] for entry in choice["logprobs"]["content"]]
+    assert tokens == [f"token_id:{t}" for t in choice["token_ids"]]
+    coords = payload[COMMIT_COORDS_KEY]
+    assert coords["disposition"] == "staged"
+    assert coords["cum_len"] == len(payload["prompt_token_ids"]) + len(choice["token_ids"])
+    assert any(tmp_path.rglob("*.stage"))
+
+
+def test_training_requests_that_cannot_be_served_are_refused_clearly(tmp_path: Path) -> None:
+    configured = SimulatedWorker(WorkerConfig(ttft_ms=0, ms_per_token=0,
+                                              staging_dir=str(tmp_path)))  # fmt: skip
+    plain = SimulatedWorker(WorkerConfig(ttft_ms=0, ms_per_token=0))
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}],
+            "ng_capture": admission()}  # fmt: skip
+    streamed = post(configured, "/v1/chat/completions", {**body, "stream": True})
+    assert streamed.status_code == 422
+    assert "non-streaming backend requests" in streamed.text
+    assert post(plain, "/v1/chat/completions", body).status_code == 503
+    bad = post(configured, "/v1/chat/completions", {**body, "ng_capture": {"mode": "text"}})
+    assert bad.status_code == 400
+    assert "ng_capture" in bad.text
+    assert not list(tmp_path.rglob("*.stage"))
