@@ -106,7 +106,8 @@ def _worker(args: argparse.Namespace) -> int:
     logging.getLogger("uvicorn.error").addFilter(_QuietSimulatedDrops())
     staging = str(args.staging_dir.resolve()) if args.staging_dir else None
     config = WorkerConfig(seed=args.seed, ttft_ms=args.ttft_ms, ms_per_token=args.ms_per_token,
-                          staging_dir=staging, weight_version=args.weight_version)  # fmt: skip
+                          staging_dir=staging, weight_version=args.weight_version,
+                          routed_experts=args.routed_experts)  # fmt: skip
     return _run(SimulatedWorker(config), name="worker", host=args.host, port=args.port,
                 port_file=args.port_file)  # fmt: skip
 
@@ -174,6 +175,8 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--ms-per-token", type=float, default=0.2)
     worker.add_argument("--staging-dir", type=Path, help="training mode: stage tokens here")
     worker.add_argument("--weight-version", type=int, default=1)
+    worker.add_argument("--routed-experts", action="store_true",
+                        help="training mode: also return and stage routed experts")  # fmt: skip
     worker.set_defaults(handler=_worker)
 
     serve = sub.add_parser("serve", help="run the capture model server")

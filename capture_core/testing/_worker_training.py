@@ -17,6 +17,7 @@ from typing import Any, Final
 
 import orjson
 
+from capture_core.adapters import VLLMCaptureAdapter
 from capture_core.staging import (
     COMMIT_COORDS_KEY,
     CaptureAdmission,
@@ -65,13 +66,23 @@ def _answer_text(answer: Answer) -> str:
 class TrainingStager:
     """Stages calls into ``root`` for one worker process (one sink, one capture object)."""
 
-    def __init__(self, root: str | Path, *, seed: int, weight_version: int = 1) -> None:
+    def __init__(
+        self, root: str | Path, *, seed: int, weight_version: int = 1, routed_experts: bool = False
+    ) -> None:
         self.sink = FilesystemStagingSink(root)
         self.seed = seed
-        self.capture = RolloutTokenCapture(sink=self.sink, weight_version_fn=lambda: weight_version)
+        self.routed_experts = routed_experts
+        self.capture = RolloutTokenCapture(
+            sink=self.sink, weight_version_fn=lambda: weight_version, adapter=VLLMCaptureAdapter()
+        )
 
-    def stage(self, dialect: str, body: Mapping[str, Any], answer: Answer) -> dict[str, Any]:
-        """Stage one call; returns the token fields and coordinates to add to the response.
+    def stage(
+        self, dialect: str, body: Mapping[str, Any], answer: Answer, payload: dict[str, Any]
+    ) -> None:
+        """Stage one call and add its token fields and coordinates to ``payload``.
+
+        Chat answers are staged the way a vLLM worker does it: the token fields are written
+        into the response first and :class:`VLLMCaptureAdapter` reads them back.
 
         Raises:
             ValueError: the admission is invalid (the worker answers 400).
@@ -85,38 +96,52 @@ class TrainingStager:
         generated = [*_TOKENIZER.encode(_answer_text(answer)), SPECIAL_TOKENS["<|end|>"]]
         logprobs = logprobs_for(self.seed, prompt, generated)
         call = self.capture.begin_call(admission, prefix_token_ids=prefix or None)
-        coords = self.capture.complete_call(
-            call,
-            prompt_token_ids=prompt,
-            generated_token_ids=generated,
-            generated_logprobs=logprobs,
-        )
-        return {
-            "prompt_token_ids": prompt,
-            "token_ids": generated,
-            "logprobs": logprobs,
-            COMMIT_COORDS_KEY: coords.model_dump(mode="json"),
-        }
+        if dialect == "chat":
+            _add_vllm_fields(payload, prompt, generated, logprobs)
+            if self.routed_experts:
+                payload["choices"][0]["message"]["routed_experts"] = _routes(
+                    self.seed, len(prompt) + len(generated) - 1
+                )
+            coords = self.capture.complete_call_from_response(call, payload)
+        else:
+            _add_response_fields(payload, prompt, generated, logprobs)
+            coords = self.capture.complete_call(
+                call, prompt_token_ids=prompt, generated_token_ids=generated,
+                generated_logprobs=logprobs,
+            )  # fmt: skip
+        payload[COMMIT_COORDS_KEY] = coords.model_dump(mode="json")
 
 
-def add_token_fields(dialect: str, payload: dict[str, Any], staged: Mapping[str, Any]) -> None:
-    """Put the staged token fields where vLLM (Chat) or Gym (Responses) puts them."""
-    payload[COMMIT_COORDS_KEY] = staged[COMMIT_COORDS_KEY]
-    ids, logprobs = staged["token_ids"], staged["logprobs"]
-    if dialect == "chat":
-        payload["prompt_token_ids"] = staged["prompt_token_ids"]
-        choice = payload["choices"][0]
-        choice["token_ids"] = ids
-        choice["logprobs"] = {
-            "content": [
-                {"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []}
-                for t, lp in zip(ids, logprobs, strict=True)
-            ]
-        }
-        return
+def _routes(seed: int, rows: int, layers: int = 2, top_k: int = 2) -> list[list[list[int]]]:
+    """Deterministic routed experts, one row per token but the last (nested-list form)."""
+    return [
+        [[(seed + row * 7 + layer * 3 + k) % 8 for k in range(top_k)] for layer in range(layers)]
+        for row in range(rows)
+    ]
+
+
+def _add_vllm_fields(
+    payload: dict[str, Any], prompt: list[int], generated: list[int], logprobs: list[float]
+) -> None:
+    """vLLM with ``return_token_ids`` and ``return_tokens_as_token_ids``."""
+    payload["prompt_token_ids"] = prompt
+    choice = payload["choices"][0]
+    choice["token_ids"] = generated
+    choice["logprobs"] = {
+        "content": [
+            {"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []}
+            for t, lp in zip(generated, logprobs, strict=True)
+        ]
+    }
+
+
+def _add_response_fields(
+    payload: dict[str, Any], prompt: list[int], generated: list[int], logprobs: list[float]
+) -> None:
+    """Gym's Responses output items carry the token fields of their call."""
     for item in payload.get("output", []):
         if item.get("type") in ("message", "function_call"):
-            item["prompt_token_ids"] = staged["prompt_token_ids"]
-            item["generation_token_ids"] = ids
+            item["prompt_token_ids"] = prompt
+            item["generation_token_ids"] = generated
             item["generation_log_probs"] = logprobs
             return

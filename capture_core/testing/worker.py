@@ -53,7 +53,7 @@ from starlette.types import Receive, Scope, Send
 from capture_core.sse import SSEEvent, format_event, parse_sse
 from capture_core.testing import _worker_faults as faults
 from capture_core.testing._worker_answers import compose_answer, tokens_of
-from capture_core.testing._worker_training import TRAINING_KEY, TrainingStager, add_token_fields
+from capture_core.testing._worker_training import TRAINING_KEY, TrainingStager
 from capture_core.testing.answers import Answer, error_body
 from capture_core.testing.bodies import chat_body, messages_body, responses_body
 from capture_core.testing.streams import chat_stream, messages_stream, responses_stream
@@ -84,6 +84,7 @@ class WorkerConfig:
         staging_dir: where requests carrying ``ng_capture`` stage their tokens (training
             mode); ``None`` refuses such requests.
         weight_version: the policy weight version stamped on staged calls.
+        routed_experts: training mode also returns (and stages) per-token routed experts.
     """
 
     seed: int = 0
@@ -93,6 +94,7 @@ class WorkerConfig:
     cache_rate: float = 0.3
     staging_dir: str | None = None
     weight_version: int = 1
+    routed_experts: bool = False
 
 
 class SimulatedWorker:
@@ -121,7 +123,8 @@ class SimulatedWorker:
         directory = self._config.staging_dir
         self._stager = (
             TrainingStager(directory, seed=self._config.seed,
-                           weight_version=self._config.weight_version)
+                           weight_version=self._config.weight_version,
+                           routed_experts=self._config.routed_experts)
             if directory is not None
             else None
         )  # fmt: skip
@@ -242,12 +245,11 @@ async def _training_answer(
     if stager is None:
         message = "this worker has no staging directory (ngcapture worker --staging-dir)"
         return faults.json_response(error_body(dialect, 503, message), status=503)
+    payload = _body(dialect, answer)
     try:
-        staged = await asyncio.to_thread(stager.stage, dialect, body, answer)
+        await asyncio.to_thread(stager.stage, dialect, body, answer, payload)
     except ValueError as exc:
         return faults.json_response(error_body(dialect, 400, f"ng_capture: {exc}"), status=400)
-    payload = _body(dialect, answer)
-    add_token_fields(dialect, payload, staged)
     return Response(orjson.dumps(payload), 200, media_type="application/json")
 
 

@@ -62,3 +62,22 @@ def test_training_requests_that_cannot_be_served_are_refused_clearly(tmp_path: P
     assert bad.status_code == 400
     assert "ng_capture" in bad.text
     assert not list(tmp_path.rglob("*.stage"))
+
+
+def test_routed_experts_are_returned_and_staged_in_extras(tmp_path: Path) -> None:
+    from capture_core.staging import EMPTY_EXTRAS_DIGEST, FilesystemStagingSink
+
+    worker = SimulatedWorker(WorkerConfig(ttft_ms=0, ms_per_token=0, staging_dir=str(tmp_path),
+                                          routed_experts=True))  # fmt: skip
+    body = {"model": "m", "messages": [{"role": "user", "content": "Pick (A) or (B)"}],
+            "ng_capture": admission("r-9")}  # fmt: skip
+    payload = post(worker, "/v1/chat/completions", body).json()
+    routes = payload["choices"][0]["message"]["routed_experts"]
+    rows = len(payload["prompt_token_ids"]) + len(payload["choices"][0]["token_ids"]) - 1
+    assert len(routes) == rows
+    coords = payload[COMMIT_COORDS_KEY]
+    assert coords["disposition"] == "staged"
+    assert coords["extras_digest"] != EMPTY_EXTRAS_DIGEST
+    (snapshot,) = FilesystemStagingSink(tmp_path).fetch([coords["staging_key"]])
+    assert snapshot.extras is not None
+    assert snapshot.extras["routed_experts"] == routes
