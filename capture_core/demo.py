@@ -1,11 +1,13 @@
-"""``make demo``: real model calls through the capture server, then a per-rollout table.
+"""``make demo``: collect the example tasks for two simulated checkpoints, with capture.
 
-Starts the simulated inference worker and the capture server on free loopback ports (no keys,
-no network), sends calls of all three dialects through the official ``openai`` and
-``anthropic`` SDKs (some streamed, one tool call, one injected 429), reads the capture store
-back and prints calls, tokens and latency per rollout, then stops both processes and says where
-the files are. ``--offline`` instead writes the store directly (no processes), including a
-damaged line, to show what the tolerant reader reports.
+For each checkpoint it starts the simulated inference worker (its own latency and token
+profile) and the capture server on free loopback ports (no keys, no network), collects the
+bundled multiple-choice tasks with the simple agent through the official ``openai`` SDK (a few
+injected faults; the second checkpoint uses tools), writes
+``<out>/<checkpoint>/{model-calls/, rollouts.jsonl}``, prints a summary per checkpoint, stops
+every process, reads the captures back through the public readers and says where they are.
+``--calls`` instead makes a handful of SDK calls of all three dialects and prints a per-rollout
+table; ``--offline`` writes a store directly, including a damaged line.
 Run: ``python -m capture_core.demo --out results/demo``.
 """
 
@@ -14,8 +16,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from capture_core.metrics import aggregate_model_call_records
 from capture_core.records import CaptureRecords, RawCaptureLine
@@ -237,13 +240,78 @@ def run_live(out: Path) -> CaptureStore:
     return store
 
 
+# Two simulated checkpoints: a slower, wordier one and a faster one with tools.
+CHECKPOINTS: tuple[tuple[str, int, float, float, bool], ...] = (
+    # name, seed, ttft ms, ms per token, tools
+    ("ckpt-100", 100, 30.0, 0.4, False),
+    ("ckpt-200", 200, 12.0, 0.15, True),
+)
+FAULTY_TASKS = {3: "429", 11: "500"}  # task index -> injected fault (first repeat only)
+
+
+def run_checkpoints(out: Path, *, tasks: int = 20, repeats: int = 2) -> list[Path]:
+    """Collect the example tasks for each simulated checkpoint; returns their folders."""
+    from capture_core.collect import CollectConfig, SimpleAgent, collect
+    from capture_core.testing.processes import run_capture_server, run_worker
+
+    def faults(row: Mapping[str, Any], rollout_id: str) -> dict[str, str]:
+        fault = FAULTY_TASKS.get(row.get("_ng_task_index", -1))
+        if fault and row.get("_ng_rollout_index") == 0:
+            return {"x-ngcapture-fault": fault}
+        return {}
+
+    folders = []
+    for name, seed, ttft_ms, ms_per_token, tools in CHECKPOINTS:
+        folder = out / name
+        capture_dir = folder / "model-calls"
+        with (
+            run_worker(seed=seed, ttft_ms=ttft_ms, ms_per_token=ms_per_token) as worker,
+            run_capture_server(worker.url, capture_dir) as server,
+        ):
+            agent = SimpleAgent(server.url, tools=tools, headers=faults)
+            config = CollectConfig(
+                None, folder / "rollouts.jsonl", server.url, [capture_dir],
+                limit=tasks, num_repeats=repeats, concurrency=4, tools=tools,
+            )  # fmt: skip
+            summary = collect(config, agent=agent)
+        print(f"== {name} (worker seed {seed}, ttft {ttft_ms:g} ms, {ms_per_token:g} ms/token)")
+        print(summary.format())
+        print()
+        folders.append(folder)
+    return folders
+
+
+def _reload_check(folders: Sequence[Path]) -> None:
+    """Read every capture back through the public readers, as a user would."""
+    from capture_core.metrics import read_model_call_records
+
+    for folder in folders:
+        store = CaptureStore(folder / "model-calls", create=False)
+        ids = store.rollout_ids()
+        calls = sum(len(read_model_call_records(store, rollout_id)) for rollout_id in ids)
+        print(f"{folder.name}: {len(ids)} rollouts and {calls} calls read back from {store.root}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--out", type=Path, default=Path("results/demo"))
     parser.add_argument("--offline", action="store_true",
                         help="write the store directly, without worker and server")  # fmt: skip
+    parser.add_argument(
+        "--calls", action="store_true",
+        help="a handful of SDK calls per dialect instead of two checkpoints",
+    )  # fmt: skip
+    parser.add_argument("--tasks", type=int, default=20)
     args = parser.parse_args(argv)
-    root = args.out.resolve() / "model-calls"
+    out = args.out.resolve()
+    if not args.offline and not args.calls:
+        folders = run_checkpoints(out, tasks=args.tasks)
+        _reload_check(folders)
+        print(f"\nResults are in {out}:")
+        for folder in folders:
+            print(f"  {folder / 'rollouts.jsonl'}\n  {folder / 'model-calls'}")
+        return 0
+    root = out / "model-calls"
     store = write_demo_store(root) if args.offline else run_live(root)
     results = [store.read_records(rollout_id) for rollout_id in store.rollout_ids()]
     print("Captured model calls per rollout ('—' = not reported by the provider):\n")
