@@ -25,7 +25,12 @@ from capture_core.staging import (
     RolloutTokenCapture,
 )
 from capture_core.testing.answers import Answer
-from capture_core.testing.tokenizer import SPECIAL_TOKENS, ByteTokenizer, logprobs_for
+from capture_core.testing.tokenizer import (
+    SPECIAL_TOKENS,
+    ByteTokenizer,
+    logprobs_for,
+    media_spans,
+)
 
 __all__ = ["TRAINING_KEY", "TrainingStager"]
 
@@ -98,6 +103,9 @@ class TrainingStager:
         call = self.capture.begin_call(admission, prefix_token_ids=prefix or None)
         if dialect == "chat":
             _add_vllm_fields(payload, prompt, generated, logprobs)
+            spans = media_spans(prompt)
+            if spans:
+                payload["media_spans"] = spans
             if self.routed_experts:
                 payload["choices"][0]["message"]["routed_experts"] = _routes(
                     self.seed, len(prompt) + len(generated) - 1

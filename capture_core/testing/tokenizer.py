@@ -13,10 +13,12 @@ import struct
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-__all__ = ["SPECIAL_TOKENS", "ByteTokenizer", "logprobs_for"]
+__all__ = ["IMAGE_TOKENS", "SPECIAL_TOKENS", "ByteTokenizer", "logprobs_for", "media_spans"]
 
 SPECIAL_TOKENS: Final = {"<|bos|>": 0, "<|user|>": 1, "<|assistant|>": 2, "<|end|>": 3,
-                         "<|tool|>": 4, "<|system|>": 5}  # fmt: skip
+                         "<|tool|>": 4, "<|system|>": 5, "<|image|>": 6}  # fmt: skip
+IMAGE_TOKENS: Final = 16
+"""Placeholder tokens an image part expands to (like a processor's projected embeddings)."""
 _OFFSET: Final = 16
 
 
@@ -51,11 +53,40 @@ class ByteTokenizer:
             role = str(message.get("role", "user"))
             ids.append(SPECIAL_TOKENS.get(f"<|{role}|>", SPECIAL_TOKENS["<|user|>"]))
             content = message.get("content")
-            text = content if isinstance(content, str) else repr(content)
-            ids += self.encode(text)
+            if isinstance(content, list):
+                ids += self._parts(content)
+            else:
+                ids += self.encode(content if isinstance(content, str) else repr(content))
             ids.append(SPECIAL_TOKENS["<|end|>"])
         ids.append(SPECIAL_TOKENS["<|assistant|>"])
         return ids
+
+    def _parts(self, parts: Sequence[Any]) -> list[int]:
+        """Content parts: text is encoded, each image expands to ``IMAGE_TOKENS`` placeholders."""
+        ids: list[int] = []
+        for part in parts:
+            kind = part.get("type") if isinstance(part, Mapping) else None
+            if kind in ("image_url", "input_image", "image"):
+                ids += [SPECIAL_TOKENS["<|image|>"]] * IMAGE_TOKENS
+            elif kind in ("text", "input_text") and isinstance(part.get("text"), str):
+                ids += self.encode(part["text"])
+            else:
+                ids += self.encode(repr(part))
+        return ids
+
+
+def media_spans(ids: Sequence[int]) -> list[dict[str, Any]]:
+    """Where image placeholders sit in expanded prompt ids: ``[{modality, offset, length}]``."""
+    image = SPECIAL_TOKENS["<|image|>"]
+    spans: list[dict[str, Any]] = []
+    start = None
+    for position, token in enumerate([*ids, -1]):
+        if token == image and start is None:
+            start = position
+        elif token != image and start is not None:
+            spans.append({"modality": "image", "offset": start, "length": position - start})
+            start = None
+    return spans
 
 
 def logprobs_for(seed: int, prompt: Sequence[int], generated: Sequence[int]) -> list[float]:

@@ -81,3 +81,68 @@ def test_routed_experts_are_returned_and_staged_in_extras(tmp_path: Path) -> Non
     (snapshot,) = FilesystemStagingSink(tmp_path).fetch([coords["staging_key"]])
     assert snapshot.extras is not None
     assert snapshot.extras["routed_experts"] == routes
+
+
+def _staged(tmp_path: Path, body: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    from capture_core.staging import FilesystemStagingSink
+
+    worker = SimulatedWorker(WorkerConfig(ttft_ms=0, ms_per_token=0, staging_dir=str(tmp_path)))
+    payload = post(worker, "/v1/chat/completions", body).json()
+    coords = payload[COMMIT_COORDS_KEY]
+    assert coords["disposition"] == "staged", coords
+    (snapshot,) = FilesystemStagingSink(tmp_path).fetch([coords["staging_key"]])
+    return payload, snapshot
+
+
+def test_the_adapter_reads_the_workers_own_payloads(tmp_path: Path) -> None:
+    """Text, tool call and an image turn from the simulated worker, read by the adapter."""
+    from capture_core.adapters import VLLMCaptureAdapter
+    from capture_core.testing.tokenizer import IMAGE_TOKENS
+
+    adapter = VLLMCaptureAdapter()
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {
+        "type": "object", "properties": {"query": {"type": "string"}}}}}]  # fmt: skip
+    image = [{"type": "text", "text": "What is shown? (A) cat (B) dog"},
+             {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]  # fmt: skip
+    cases = {
+        "text": {"messages": [{"role": "user", "content": "Pick (A) or (B)"}]},
+        "tool": {"messages": [{"role": "user", "content": "Look it up"}], "tools": tools},
+        "image": {"messages": [{"role": "user", "content": image}]},
+    }
+    for name, extra in cases.items():
+        body = {"model": "m", "ng_capture": admission(f"r-{name}"), **extra}
+        payload, snapshot = _staged(tmp_path / name, body)
+        prompt = adapter.extract_prompt_ids(payload)
+        generated, logprobs = adapter.extract_generation(payload)
+        assert snapshot.token_ids_delta == prompt + generated
+        assert generated == payload["choices"][0]["token_ids"]
+        assert [lp for lp, m in zip(snapshot.generation_log_probs_delta, snapshot.token_mask_delta,
+                                    strict=True) if m == 1] == logprobs  # fmt: skip
+        if name == "tool":
+            assert payload["choices"][0]["message"]["tool_calls"]
+        if name == "image":
+            (span,) = payload["media_spans"]
+            assert span["length"] == IMAGE_TOKENS
+            assert snapshot.extras == {"media_spans": payload["media_spans"]}
+        else:
+            assert "media_spans" not in payload
+
+
+def test_two_choices_or_missing_ids_give_capture_failed(tmp_path: Path) -> None:
+    from capture_core.adapters import VLLMCaptureAdapter
+    from capture_core.staging import CaptureAdmission, RolloutTokenCapture
+    from capture_core.testing import InMemoryStagingSink
+
+    worker = SimulatedWorker(WorkerConfig(ttft_ms=0, ms_per_token=0, staging_dir=str(tmp_path)))
+    body = {"model": "m", "messages": [{"role": "user", "content": "Pick (A) or (B)"}],
+            "ng_capture": admission("r-x")}  # fmt: skip
+    payload = post(worker, "/v1/chat/completions", body).json()
+    capture = RolloutTokenCapture(sink=InMemoryStagingSink(), weight_version_fn=lambda: 1,
+                                  adapter=VLLMCaptureAdapter())  # fmt: skip
+    two = {**payload, "choices": payload["choices"] * 2}
+    missing = {k: v for k, v in payload.items() if k != "prompt_token_ids"}
+    for broken in (two, missing):
+        call = capture.begin_call(CaptureAdmission.model_validate(admission("r-y")))
+        coords = capture.complete_call_from_response(call, broken)
+        assert coords.disposition == "capture_failed"
+        assert call.failure_reason == "extraction_failed"
