@@ -31,6 +31,7 @@ from capture_core.exceptions import (
     InvalidRecordError,
     InvalidRolloutIdError,
     LineEncodingError,
+    RolloutRetiredError,
 )
 from capture_core.ids import (
     MAX_ROLLOUT_ID_LENGTH,
@@ -101,6 +102,7 @@ __all__ = [
     "RawEntry",
     "ResponseFacts",
     "RolloutIdParts",
+    "RolloutRetiredError",
     "SSEEvent",
     "SSEParser",
     "StreamReassembly",

@@ -6,6 +6,7 @@ carries the context a caller needs to act on it::
     CaptureError
     ├── InvalidRolloutIdError   (also a ValueError)  .rollout_id, .rule
     ├── InvalidRecordError      (also a ValueError)  .reason
+    ├── RolloutRetiredError                          .rollout_id
     └── CaptureStoreError                            .path
         ├── LineEncodingError                        .path
         └── DamagedLineError                         .path, .line_number, .call_index, .reason
@@ -25,6 +26,7 @@ __all__ = [
     "InvalidRecordError",
     "InvalidRolloutIdError",
     "LineEncodingError",
+    "RolloutRetiredError",
 ]
 
 _MAX_QUOTED = 80
@@ -67,6 +69,18 @@ class InvalidRecordError(CaptureError, ValueError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+class RolloutRetiredError(CaptureError):
+    """The rollout's capture ledger was retired: its manifest is gone and it takes no rows.
+
+    Attributes:
+        rollout_id: the retired rollout.
+    """
+
+    def __init__(self, rollout_id: str) -> None:
+        self.rollout_id = rollout_id
+        super().__init__(f"rollout {quote_value(rollout_id)} was retired")
 
 
 class CaptureStoreError(CaptureError):
