@@ -46,6 +46,14 @@ class CaptureSettings(BaseSettings):
     read_timeout_s: float = Field(default=600.0, gt=0)
     write_timeout_s: float = Field(default=60.0, gt=0)
     max_connections: int = Field(default=512, ge=1)
+    lineage_dir: Path | None = Field(
+        default=None, description="training capture: the directory of the rollout ledgers"
+    )
+    control_token_env: str = Field(
+        default="NGCAPTURE_CONTROL_TOKEN",
+        min_length=1,
+        description="NAME of the variable holding the control-plane bearer token (not the token)",
+    )
 
     @model_validator(mode="after")
     def _capture_dir_when_enabled(self) -> CaptureSettings:
