@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import logging
 
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from capture_core.lineage import LineageStore
+from capture_core.server.control import CONTROL_PREFIX, control_app, load_control_token
 from capture_core.server.counters import CaptureCounters
 from capture_core.server.middleware import CaptureMiddleware
 from capture_core.server.proxy import UpstreamProxy
@@ -41,6 +43,13 @@ class CaptureApp:
         directory = settings.capture_dir
         self.store = CaptureStore(directory) if directory is not None else None
         self.counters = CaptureCounters()
+        # Training capture keeps ledgers; their control plane refuses to run without a token.
+        self.lineage = LineageStore(settings.lineage_dir) if settings.lineage_dir else None
+        self.control: ASGIApp | None = (
+            control_app(self.lineage, token=load_control_token(settings))
+            if self.lineage is not None
+            else None
+        )
         self.proxy = UpstreamProxy(settings)
         self.middleware = CaptureMiddleware(
             self._dispatch,
@@ -61,6 +70,11 @@ class CaptureApp:
             await _plain(send, self.counters.prometheus(), b"text/plain; version=0.0.4")
         elif path == HEALTH_PATH:
             await _plain(send, "ok\n", b"text/plain")
+        elif isinstance(path, str) and path.startswith(CONTROL_PREFIX + "/"):
+            if self.control is None:  # never forwarded upstream
+                await _plain(send, "training capture is not enabled\n", b"text/plain", 404)
+            else:
+                await self.control(scope, receive, send)
         else:
             await self.proxy(scope, receive, send)
 
@@ -81,12 +95,12 @@ class CaptureApp:
                 return
 
 
-async def _plain(send: Send, text: str, content_type: bytes) -> None:
+async def _plain(send: Send, text: str, content_type: bytes, status: int = 200) -> None:
     body = text.encode()
     await send(
         {
             "type": "http.response.start",
-            "status": 200,
+            "status": status,
             "headers": [
                 (b"content-type", content_type),
                 (b"content-length", str(len(body)).encode()),
