@@ -121,6 +121,7 @@ def _serve(args: argparse.Namespace) -> int:
         model_call_capture_dir=directory,
         upstream_url=args.upstream,
         model_server_name=args.model_server_name,
+        lineage_dir=args.lineage_dir.resolve() if args.lineage_dir else None,
     )
     if directory is not None:
         print(f"capturing model calls into {directory}", flush=True)
@@ -184,6 +185,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--upstream", required=True, help="base URL of the inference worker")
     serve.add_argument("--capture-dir", type=Path, help="capture directory (omit: no capture)")
     serve.add_argument("--model-server-name", default="policy_model")
+    serve.add_argument(
+        "--lineage-dir",
+        type=Path,
+        help="training capture: rollout ledgers here (needs the control token)",
+    )
     serve.set_defaults(handler=_serve)
 
     collect = sub.add_parser("collect", help="collect rollouts through a capture server")

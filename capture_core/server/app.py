@@ -17,6 +17,7 @@ from capture_core.server.counters import CaptureCounters
 from capture_core.server.middleware import CaptureMiddleware
 from capture_core.server.proxy import UpstreamProxy
 from capture_core.server.settings import CaptureSettings
+from capture_core.server.training import TrainingGate
 from capture_core.store import CaptureStore
 
 __all__ = ["CaptureApp", "create_app"]
@@ -51,6 +52,7 @@ class CaptureApp:
             else None
         )
         self.proxy = UpstreamProxy(settings)
+        self.training = TrainingGate(self.lineage, self.proxy) if self.lineage else None
         self.middleware = CaptureMiddleware(
             self._dispatch,
             store=self.store,
@@ -75,6 +77,8 @@ class CaptureApp:
                 await _plain(send, "training capture is not enabled\n", b"text/plain", 404)
             else:
                 await self.control(scope, receive, send)
+        elif self.training is not None and TrainingGate.handles(scope):
+            await self.training(scope, receive, send)
         else:
             await self.proxy(scope, receive, send)
 

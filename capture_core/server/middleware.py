@@ -27,6 +27,7 @@ from capture_core.server.counters import CaptureCounters
 from capture_core.server.exchange import Exchange
 from capture_core.server.proxy import TRANSPORT_ERROR_KEY
 from capture_core.server.routing import route_path
+from capture_core.server.training import TRAINING_ROUTE_KEY
 from capture_core.store import CaptureStore
 
 __all__ = ["WARNING_HEADER", "CaptureMiddleware"]
@@ -74,6 +75,8 @@ class CaptureMiddleware:
             await self.app(scope, receive, send)
             return
         scope = {**scope, "path": route.path, "raw_path": route.raw_path}
+        if route.training and route.valid:
+            scope[TRAINING_ROUTE_KEY] = route.rollout_id
         if not route.valid:
             self.counters.add("invalid_rollout_ids")
             logger.warning(

@@ -105,13 +105,24 @@ def run_worker(
 
 @contextmanager
 def run_capture_server(
-    upstream: str, capture_dir: Path | None, *, model_server_name: str = "policy_model"
+    upstream: str,
+    capture_dir: Path | None,
+    *,
+    model_server_name: str = "policy_model",
+    lineage_dir: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[ServiceProcess]:
-    """The capture server in its own process (``capture_dir=None``: capture off)."""
+    """The capture server in its own process (``capture_dir=None``: capture off).
+
+    ``lineage_dir`` turns training capture on; its control token must then be in ``env``
+    (``NGCAPTURE_CONTROL_TOKEN`` by default).
+    """
     args = ["serve", "--upstream", upstream, "--model-server-name", model_server_name]
     if capture_dir is not None:
         args += ["--capture-dir", str(capture_dir)]
-    service = start_service("capture-server", args)
+    if lineage_dir is not None:
+        args += ["--lineage-dir", str(lineage_dir)]
+    service = start_service("capture-server", args, env=env)
     try:
         yield service
     finally:

@@ -1,0 +1,443 @@
+"""Training capture routing: admit a call, let the worker stage it, commit its ledger row.
+
+A request on ``/ng-rollout/<id>/training-token-capture/v1/{chat/completions | responses}``
+is handled here (``/v1/messages`` and other paths are forwarded untouched):
+
+1. A call id and admission time are minted. A retired rollout's call is served as plain traffic.
+   Otherwise the parent is resolved by lineage fingerprint: no model-authored history (or an
+   unresolvable one on a rollout with no ledger rows yet) is a ``text`` root, a resolved parent
+   gives a ``token_in`` admission carrying the parent's chain, and anything else is served
+   without admission after an ``unresolved_parent`` failure row.
+2. The worker gets the body with ``ng_capture``, ``stream: false`` (no ``stream_options``) and,
+   for Chat, the log-prob flags that make it return token ids.
+3. From the worker's JSON the commit coordinates are popped and every token field stripped;
+   the client's answer (JSON, or buffered SSE when it asked ``stream: true``) is serialized in
+   full, and only then is the ledger row (or the failure row) appended. The first byte goes out
+   after that, so a client that has seen an answer can rely on the ledger.
+
+A serialization failure commits nothing: the ledger gets
+``request_finished_without_staged_coordinates``; a Responses stream ends in
+``response.created`` + ``response.failed``, any other answer is a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import anyio
+import orjson
+from pydantic import ValidationError
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from capture_core._fingerprint import (
+    FINGERPRINT_VERSION,
+    assistant_fingerprint,
+    lineage_request_items,
+)
+from capture_core.dialects import dialect_for_path
+from capture_core.exceptions import RolloutRetiredError
+from capture_core.lineage import LineageStore, ResolutionStatus
+from capture_core.server.buffered_sse import (
+    chat_events,
+    responses_events,
+    responses_failure_events,
+)
+from capture_core.staging import (
+    CAPTURE_ADMISSION_KEY,
+    COMMIT_COORDS_KEY,
+    CallRecord,
+    CaptureAdmission,
+    CaptureMode,
+    CommitCoords,
+    Disposition,
+    LedgerFailureReason,
+    ManifestFailure,
+)
+
+__all__ = ["MODEL_CALL_ID_HEADER", "TRAINING_ROUTE_KEY", "TrainingGate", "strip_token_fields"]
+
+logger = logging.getLogger(__name__)
+
+TRAINING_ROUTE_KEY: Final = "ngcapture.training_rollout"
+"""Scope key the middleware sets to the rollout id of a valid training-capture request."""
+MODEL_CALL_ID_HEADER: Final = b"x-ng-model-call-id"
+_DIALECTS: Final = frozenset({"chat", "responses"})
+_TOKEN_FIELDS: Final = (
+    "prompt_token_ids",
+    "compact_prompt_token_ids",
+    "token_ids",
+    "generation_token_ids",
+    "generation_log_probs",
+    "routed_experts",
+    "media_spans",
+)
+_DROPPED_REQUEST_HEADERS: Final = frozenset({b"content-length", b"accept-encoding"})
+_TOKEN_ID_PREFIX: Final = "token_id:"
+
+Reason = LedgerFailureReason
+
+
+def strip_token_fields(payload: dict[str, Any], *, keep_logprobs: bool) -> None:
+    """Remove every internal token field from a worker answer, in place.
+
+    Chat ``logprobs`` entries whose token is ``token_id:<n>`` are removed; the whole
+    ``logprobs`` goes unless the client asked for log-probs (``keep_logprobs``).
+
+    Example:
+        >>> body = {"prompt_token_ids": [1], "choices": [{"token_ids": [2], "logprobs": {},
+        ...         "message": {"content": "x", "generation_token_ids": [2]}}]}
+        >>> strip_token_fields(body, keep_logprobs=False)
+        >>> body
+        {'choices': [{'logprobs': None, 'message': {'content': 'x'}}]}
+    """
+    for name in _TOKEN_FIELDS:
+        payload.pop(name, None)
+    for choice in _dicts(payload.get("choices")):
+        for name in _TOKEN_FIELDS:
+            choice.pop(name, None)
+        for name in _TOKEN_FIELDS:
+            message = choice.get("message")
+            if isinstance(message, dict):
+                message.pop(name, None)
+        if "logprobs" in choice:
+            choice["logprobs"] = _client_logprobs(choice["logprobs"]) if keep_logprobs else None
+    for item in _dicts(payload.get("output")):
+        for name in _TOKEN_FIELDS:
+            item.pop(name, None)
+
+
+def _dicts(value: object) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _client_logprobs(logprobs: object) -> object:
+    if not isinstance(logprobs, dict):
+        return None
+    kept = dict(logprobs)
+    for key in ("content", "refusal"):
+        entries = kept.get(key)
+        if isinstance(entries, list):
+            kept[key] = [e for e in entries if not _token_id_entry(e)]
+    return kept
+
+
+def _token_id_entry(entry: object) -> bool:
+    return isinstance(entry, dict) and str(entry.get("token", "")).startswith(_TOKEN_ID_PREFIX)
+
+
+@dataclass
+class _Call:
+    """One training call's state between admission and the first byte."""
+
+    rollout_id: str
+    dialect: str
+    body: dict[str, Any]
+    model_call_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    admitted_at: float = field(default_factory=time.time)
+    admission: CaptureAdmission | None = None
+    items: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def client_stream(self) -> bool:
+        return self.body.get("stream") is True
+
+    @property
+    def include_usage(self) -> bool:
+        options = self.body.get("stream_options")
+        return isinstance(options, dict) and options.get("include_usage") is True
+
+
+@dataclass
+class _Upstream:
+    status: int = 0
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    chunks: list[bytes] = field(default_factory=list)
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(self.chunks)
+
+
+class TrainingGate:
+    """ASGI app for training-capture requests; forwards through ``upstream`` (the proxy).
+
+    Args:
+        ledger: the lineage store rows are committed to.
+        upstream: the app that forwards a request to the worker (the :class:`UpstreamProxy`).
+    """
+
+    def __init__(self, ledger: LineageStore, upstream: ASGIApp) -> None:
+        self.ledger = ledger
+        self.upstream = upstream
+
+    @staticmethod
+    def handles(scope: Scope) -> bool:
+        """Whether ``scope`` is a training-capture request of a dialect this gate admits."""
+        if scope.get("type") != "http" or not scope.get(TRAINING_ROUTE_KEY):
+            return False
+        dialect = dialect_for_path(scope["path"])
+        return dialect is not None and dialect.name in _DIALECTS and scope["method"] == "POST"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = await _read_body(receive)
+        if raw is None:
+            return
+        dialect = dialect_for_path(scope["path"])
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            body = None
+        if dialect is None or not isinstance(body, dict):
+            await self.upstream(scope, _replay(raw, receive), send)  # the worker judges it
+            return
+        call = _Call(rollout_id=scope[TRAINING_ROUTE_KEY], dialect=dialect.name, body=body)
+        send = _with_call_id(send, call.model_call_id)
+        if not await self._admit(call):
+            await self.upstream(scope, _replay(raw, receive), send)
+            return
+        answer = await self._ask_worker(scope, receive, call)
+        await self._answer(call, answer, send)
+
+    # -- admission -------------------------------------------------------------------------
+
+    async def _admit(self, call: _Call) -> bool:
+        """Build the call's admission; False when it is served without one."""
+        try:
+            return await anyio.to_thread.run_sync(self._admit_sync, call)
+        except RolloutRetiredError:
+            return False
+        except Exception as exc:  # fail closed: never stage against an unknown lineage
+            raise RuntimeError(
+                f"ledger lineage resolution failed for rollout {call.rollout_id}"
+            ) from exc
+
+    def _admit_sync(self, call: _Call) -> bool:
+        ledger, rid = self.ledger, call.rollout_id
+        if ledger.is_retired(rid):
+            logger.info("rollout %s is retired: call %s served, not admitted", rid,
+                        call.model_call_id)  # fmt: skip
+            return False
+        call.items = lineage_request_items(call.body)
+        resolution = ledger.resolve_parent(
+            rid, fingerprint=assistant_fingerprint(call.items), request_items=call.items
+        )
+        ids = {"rollout_id": rid, "model_call_id": call.model_call_id}
+        if resolution.status is ResolutionStatus.RESOLVED and resolution.parent is not None:
+            parent = resolution.parent
+            call.admission = CaptureAdmission(
+                **ids, mode=CaptureMode.TOKEN_IN, parent_call_id=parent.model_call_id,
+                prev_len=parent.cum_len, staging_chain=list(resolution.staging_chain),
+                parent_chain_hash=parent.chain_hash,
+            )  # fmt: skip
+        elif resolution.status is ResolutionStatus.ROOT or not ledger.has_rows(rid):
+            call.admission = CaptureAdmission(**ids, mode=CaptureMode.TEXT)
+        else:
+            self._fail(call, Reason.UNRESOLVED_PARENT)
+            return False
+        return True
+
+    def _fail(self, call: _Call, reason: LedgerFailureReason) -> None:
+        failure = ManifestFailure(model_call_id=call.model_call_id, reason=reason.value)
+        try:
+            self.ledger.record_failure(call.rollout_id, failure)
+        except Exception as exc:  # the answer is served either way
+            logger.warning("could not record %s for call %s of rollout %s: %s", reason.value,
+                           call.model_call_id, call.rollout_id, exc)  # fmt: skip
+
+    # -- the worker ------------------------------------------------------------------------
+
+    async def _ask_worker(self, scope: Scope, receive: Receive, call: _Call) -> _Upstream:
+        assert call.admission is not None
+        body = dict(call.body)
+        body[CAPTURE_ADMISSION_KEY] = call.admission.model_dump(mode="json")
+        body["stream"] = False
+        body.pop("stream_options", None)
+        if call.dialect == "chat":
+            body.update(logprobs=True, top_logprobs=0, return_tokens_as_token_ids=True)
+        headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _DROPPED_REQUEST_HEADERS]
+        upstream = _Upstream()
+
+        async def collect(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                upstream.status = message["status"]
+                upstream.headers = list(message.get("headers", []))
+            elif message["type"] == "http.response.body":
+                upstream.chunks.append(message.get("body", b""))
+
+        worker_scope = {**scope, "headers": headers}
+        await self.upstream(worker_scope, _replay(orjson.dumps(body), receive), collect)
+        return upstream
+
+    # -- the answer ------------------------------------------------------------------------
+
+    async def _answer(self, call: _Call, upstream: _Upstream, send: Send) -> None:
+        payload = _json_object(upstream)
+        if payload is None:  # an error or a broken answer: no completion to commit
+            await anyio.to_thread.run_sync(
+                self._fail, call, Reason.REQUEST_FINISHED_WITHOUT_STAGED_COORDINATES
+            )
+            await _send(send, upstream.status or 502, _passed_headers(upstream), upstream.body)
+            return
+        coords = payload.pop(COMMIT_COORDS_KEY, None)
+        strip_token_fields(payload, keep_logprobs=call.body.get("logprobs") is True)
+        try:
+            content_type, chunks = _serialize(call, payload)
+        except Exception as exc:
+            logger.warning("serializing call %s of rollout %s failed: %s", call.model_call_id,
+                           call.rollout_id, exc)  # fmt: skip
+            await anyio.to_thread.run_sync(
+                self._fail, call, Reason.REQUEST_FINISHED_WITHOUT_STAGED_COORDINATES
+            )
+            await _send_failure(call, str(exc), send)
+            return
+        await anyio.to_thread.run_sync(self._finalize, call, payload, coords)
+        await _send(send, 200, [(b"content-type", content_type)], b"".join(chunks))
+
+    def _finalize(self, call: _Call, served: dict[str, Any], raw_coords: object) -> None:
+        """Validate the coordinates and append the ledger row (or the failure row)."""
+        if raw_coords is None:
+            self._fail(call, Reason.WORKER_RESPONSE_MISSING_COMMIT_COORDINATES)
+            return
+        row = self._row(call, served, raw_coords)
+        if isinstance(row, LedgerFailureReason):
+            self._fail(call, row)
+            return
+        try:
+            self.ledger.record(call.rollout_id, row, request_items=call.items)
+        except Exception as exc:
+            logger.warning("ledger row of call %s in rollout %s refused: %s",
+                           call.model_call_id, call.rollout_id, exc)  # fmt: skip
+            self._fail(call, Reason.INVALID_WORKER_COMMIT_COORDINATES)
+
+    def _row(
+        self, call: _Call, served: dict[str, Any], raw_coords: object
+    ) -> CallRecord | LedgerFailureReason:
+        admission = call.admission
+        assert admission is not None
+        try:
+            coords = CommitCoords.model_validate(raw_coords)
+        except ValidationError:
+            return Reason.INVALID_WORKER_COMMIT_COORDINATES
+        if (coords.rollout_id, coords.model_call_id) != (call.rollout_id, call.model_call_id):
+            return Reason.INVALID_WORKER_COMMIT_COORDINATES
+        if coords.disposition is Disposition.CAPTURE_FAILED:
+            return Reason.WORKER_CAPTURE_FAILED
+        if (coords.parent_call_id, coords.prev_len) != (
+            admission.parent_call_id,
+            admission.prev_len,
+        ):
+            return Reason.INVALID_WORKER_COMMIT_COORDINATES
+        response_id = served.get("id")
+        if not isinstance(response_id, str) or not response_id:
+            return Reason.INVALID_WORKER_COMMIT_COORDINATES
+        response_items = _response_items(call.dialect, served)
+        try:
+            return CallRecord(
+                **coords.model_dump(
+                    include={
+                        "model_call_id", "parent_call_id", "prev_len", "delta_len", "cum_len",
+                        "weight_version", "digest", "extras_digest", "staging_key",
+                        "chain_hash", "cumulative_hash",
+                    }
+                ),
+                mode=admission.mode,
+                response_id=response_id,
+                admitted_at=call.admitted_at,
+                output_fingerprint=assistant_fingerprint(response_items) or None,
+                continuation_fingerprint=(
+                    assistant_fingerprint([*call.items, *response_items]) or None
+                ),
+                fingerprint_version=FINGERPRINT_VERSION,
+            )  # fmt: skip
+        except (ValidationError, TypeError, ValueError):
+            return Reason.INVALID_WORKER_COMMIT_COORDINATES
+
+
+def _response_items(dialect: str, served: dict[str, Any]) -> list[dict[str, Any]]:
+    """The served answer as lineage items (the first choice for Chat; the output items)."""
+    if dialect == "chat":
+        choices = _dicts(served.get("choices"))
+        message = choices[0].get("message") if choices else None
+        return [message] if isinstance(message, dict) else []
+    return _dicts(served.get("output"))
+
+
+def _serialize(call: _Call, payload: dict[str, Any]) -> tuple[bytes, list[bytes]]:
+    if not call.client_stream:
+        return b"application/json", [orjson.dumps(payload)]
+    if call.dialect == "chat":
+        return b"text/event-stream", chat_events(payload, include_usage=call.include_usage)
+    return b"text/event-stream", responses_events(payload)
+
+
+async def _send_failure(call: _Call, message: str, send: Send) -> None:
+    if call.client_stream and call.dialect == "responses":
+        model = call.body.get("model")
+        events = responses_failure_events(message, model=model if isinstance(model, str) else None)
+        await _send(send, 200, [(b"content-type", b"text/event-stream")], b"".join(events))
+        return
+    error = {"error": {"message": message, "type": "server_error", "param": None,
+                       "code": "server_error"}}  # fmt: skip
+    await _send(send, 500, [(b"content-type", b"application/json")], orjson.dumps(error))
+
+
+def _json_object(upstream: _Upstream) -> dict[str, Any] | None:
+    if upstream.status != 200:
+        return None
+    try:
+        payload = orjson.loads(upstream.body)
+    except orjson.JSONDecodeError:
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def _passed_headers(upstream: _Upstream) -> list[tuple[bytes, bytes]]:
+    return [(k, v) for k, v in upstream.headers if k.lower() != b"content-length"]
+
+
+async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    if any(k.lower() == b"content-type" and v.startswith(b"text/event-stream") for k, v in headers):
+        headers = [*headers, (b"cache-control", b"no-cache")]
+    headers = [*headers, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def _with_call_id(send: Send, model_call_id: str) -> Send:
+    async def tagged(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = [*message.get("headers", []), (MODEL_CALL_ID_HEADER, model_call_id.encode())]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return tagged
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Callable[[], Awaitable[Message]]:
+    """A ``receive`` that gives ``body`` once, then defers to the client's (disconnects)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
