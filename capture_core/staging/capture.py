@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, cast
 
 from capture_core.exceptions import quote_value
-from capture_core.staging._base import CaptureMode
+from capture_core.staging._prefix import prefix_mismatch, resolve_prefix
 from capture_core.staging.admission import CaptureAdmission
 from capture_core.staging.build import build_staged_call_record
 from capture_core.staging.errors import (
@@ -198,7 +198,7 @@ class RolloutTokenCapture:
                 f"model call {quote_value(admission.model_call_id)} continues a generation cut, "
                 "which this worker does not capture"
             )
-        prefix = _resolve_prefix(admission, prefix_token_ids)
+        prefix = resolve_prefix(admission, prefix_token_ids)
         version = self._weight_version_fn() if weight_version is None else weight_version
         if type(version) is not int or not 0 <= version < _U64_LIMIT:
             raise InvalidStagedCallError(
@@ -239,7 +239,7 @@ class RolloutTokenCapture:
         admission = call.admission
         try:
             prompt = list(prompt_token_ids)
-            mismatch = _prefix_mismatch(call, prompt)
+            mismatch = prefix_mismatch(call.prefix_token_ids, prompt)
         except (TypeError, ValueError) as exc:
             return self._failed(call, CaptureFailureReason.INVALID_CAPTURE_DATA, str(exc))
         if mismatch is not None:
@@ -398,59 +398,6 @@ def _check_attachments_argument(attachments: object) -> None:
         raise InvalidAttachmentError(
             None, f"must be a mapping of name to bytes or None, got {type(attachments).__name__}"
         )
-
-
-def _resolve_prefix(
-    admission: CaptureAdmission, prefix_token_ids: Sequence[int] | None
-) -> tuple[int, ...]:
-    call_id = admission.model_call_id
-    given = None if prefix_token_ids is None else _prefix_ids(call_id, prefix_token_ids)
-    if admission.mode is CaptureMode.TEXT:
-        if given:
-            raise InvalidPrefixError(call_id, "a 'text' call continues nothing; pass no prefix")
-        return ()
-    inline = tuple(admission.required_prefix_token_ids)
-    if given is None:
-        if admission.staging_chain:
-            raise InvalidPrefixError(
-                call_id,
-                "the admission names a staging_chain: pass its staged tokens as prefix_token_ids",
-            )
-        return inline
-    if len(given) != admission.prev_len:
-        raise InvalidPrefixError(
-            call_id,
-            f"prefix has {len(given)} ids, the admission's prev_len is {admission.prev_len}",
-        )
-    if inline and given != inline:
-        raise InvalidPrefixError(call_id, "prefix differs from the admission's inline prefix")
-    return given
-
-
-def _prefix_ids(call_id: str, ids: Sequence[int]) -> tuple[int, ...]:
-    if isinstance(ids, str | bytes) or not isinstance(ids, Sequence):
-        raise InvalidPrefixError(
-            call_id, f"prefix must be a sequence of ints, got {type(ids).__name__}"
-        )
-    checked = tuple(ids)
-    for value in checked:
-        if type(value) is not int or not 0 <= value < _U64_LIMIT:
-            raise InvalidPrefixError(call_id, f"prefix holds {quote_value(value)}, not a token id")
-    return checked
-
-
-def _prefix_mismatch(call: PendingCall, prompt: list[Any]) -> str | None:
-    """Why ``prompt`` does not start with the call's prefix, or ``None`` when it does."""
-    prev_len = call.admission.prev_len
-    if prev_len == 0:
-        return None
-    if len(prompt) < prev_len:
-        return f"prompt has {len(prompt)} ids, fewer than the {prev_len} staged before it"
-    pairs = zip(prompt[:prev_len], call.prefix_token_ids, strict=True)
-    position = next((i for i, (got, staged) in enumerate(pairs) if got != staged), None)
-    if position is not None:
-        return f"prompt differs from the staged prefix at position {position}"
-    return None
 
 
 def _as_logprob(value: float) -> float:
