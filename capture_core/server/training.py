@@ -301,7 +301,10 @@ class TrainingGate:
     def _finalize(self, call: _Call, served: dict[str, Any], raw_coords: object) -> None:
         """Validate the coordinates and append the ledger row (or the failure row)."""
         if raw_coords is None:
+            # A real worker completion without a commit: both rows, as the reference says
+            # (the second is the end-of-request "admitted but never committed" check).
             self._fail(call, Reason.WORKER_RESPONSE_MISSING_COMMIT_COORDINATES)
+            self._fail(call, Reason.REQUEST_FINISHED_WITHOUT_STAGED_COORDINATES)
             return
         row = self._row(call, served, raw_coords)
         if isinstance(row, LedgerFailureReason):
