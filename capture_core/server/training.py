@@ -47,6 +47,7 @@ from capture_core.server.buffered_sse import (
     responses_events,
     responses_failure_events,
 )
+from capture_core.server.namespaced_tools import NamespaceMap, flatten_request, restore_output
 from capture_core.staging import (
     CAPTURE_ADMISSION_KEY,
     COMMIT_COORDS_KEY,
@@ -141,6 +142,8 @@ class _Call:
     admitted_at: float = field(default_factory=time.time)
     admission: CaptureAdmission | None = None
     items: list[dict[str, Any]] = field(default_factory=list)
+    namespaces: NamespaceMap = field(default_factory=dict)
+    """Joined ``<ns>__<name>`` tool names the worker saw -> (namespace, short name)."""
 
     @property
     def client_stream(self) -> bool:
@@ -254,6 +257,9 @@ class TrainingGate:
     async def _ask_worker(self, scope: Scope, receive: Receive, call: _Call) -> _Upstream:
         assert call.admission is not None
         body = dict(call.body)
+        if call.dialect == "responses":
+            body, call.namespaces = flatten_request(body)
+            body = dict(body)
         body[CAPTURE_ADMISSION_KEY] = call.admission.model_dump(mode="json")
         body["stream"] = False
         body.pop("stream_options", None)
@@ -285,6 +291,7 @@ class TrainingGate:
             return
         coords = payload.pop(COMMIT_COORDS_KEY, None)
         strip_token_fields(payload, keep_logprobs=call.body.get("logprobs") is True)
+        restore_output(payload, call.namespaces)  # before finalize: the row hashes the served form
         try:
             content_type, chunks = _serialize(call, payload)
         except Exception as exc:

@@ -243,3 +243,70 @@ def test_responses_continuation_resolves_parent(training: Training, open_sdk: An
     parent, child = manifest.records
     assert parent.response_id == first.id
     assert child.parent_call_id == parent.model_call_id
+
+
+NAMESPACED_TOOLS: list[Any] = [
+    {
+        "type": "namespace",
+        "name": "github",
+        "description": "GitHub tools",
+        "tools": [
+            {
+                "type": "function",
+                "name": "search",
+                "description": "Search issues",
+                "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+            }
+        ],
+    }
+]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_namespaced_tool_continuation_resolves_parent_and_linearizes(
+    training: Training, open_sdk: Any, stream: bool
+) -> None:
+    rollout_id = f"route-namespaced-{int(stream)}"
+    client, recorder = open_sdk(training.with_eval, rollout_id)
+    question = {"role": "user", "content": "Find the open issue about capture"}
+    if stream:
+        events = list(
+            client.responses.create(
+                model="sim-model-1", input=[question], tools=NAMESPACED_TOOLS, stream=True
+            )
+        )
+        assert events[-1].type == "response.completed"
+        first = events[-1].response  # type: ignore[union-attr]
+        done = [e.item for e in events if e.type == "response.output_item.done"]  # type: ignore[union-attr]
+        assert [item.model_dump(exclude_none=True) for item in done] == [
+            item.model_dump(exclude_none=True) for item in first.output
+        ]
+    else:
+        first = client.responses.create(
+            model="sim-model-1",
+            input=[question],  # type: ignore[list-item]
+            tools=NAMESPACED_TOOLS,
+        )
+    output = [item.model_dump(exclude_none=True) for item in first.output]
+    (call,) = [item for item in output if item["type"] == "function_call"]
+    assert call["name"] == "search" and call["namespace"] == "github"
+    assert b"github__search" not in recorder.bodies[0]
+    history: list[Any] = [question, *output]
+    history.append(
+        {"type": "function_call_output", "call_id": call["call_id"], "output": "issue #6 is open"}
+    )
+    second = client.responses.create(model="sim-model-1", input=history, tools=NAMESPACED_TOOLS)
+    assert second.output_text
+    manifest = training.lineage.manifest(rollout_id)
+    assert manifest.failures == []
+    parent, child = manifest.records
+    assert [parent.response_id, child.response_id] == [first.id, second.id]
+    assert child.parent_call_id == parent.model_call_id
+    assert child.prev_len == parent.cum_len and child.mode == "token_in"
+    outcome = build_receipt(manifest, terminal_response_id=second.id)
+    assert not outcome.masked, outcome.problems
+    assert outcome.receipt is not None
+    keys = [row.staging_key for row in outcome.receipt.manifest]
+    rows = FilesystemStagingSink(training.staging_dir).fetch_raw(keys)
+    linear = verify_and_linearize(outcome.receipt, rows)
+    assert list(linear.model_call_ids) == [parent.model_call_id, child.model_call_id]
