@@ -93,7 +93,8 @@ def lineage_request_items(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The items of a request body that lineage hashes, in order.
 
     Chat and Anthropic bodies use ``messages``, Responses bodies ``input`` (a bare string input
-    is read as one user message). When the body has ``instructions`` or ``tools``, a pseudo-turn
+    is read as one user message). An Anthropic top-level ``system`` becomes a leading ``system``
+    item, like a Chat system message. When the body has ``instructions`` or ``tools``, a pseudo-turn
     holding both (as sorted-key JSON) comes first, so a changed tool list changes the context.
 
     Example:
@@ -107,6 +108,8 @@ def lineage_request_items(body: Mapping[str, Any]) -> list[dict[str, Any]]:
         items = [{"role": "user", "content": raw}]
     else:
         items = [dict(item) for item in raw]
+    if body.get("system") is not None:
+        items.insert(0, {"role": "system", "content": body["system"]})
     if "instructions" in body or "tools" in body:
         envelope = {"instructions": body.get("instructions"), "tools": body.get("tools")}
         content = json.dumps(envelope, sort_keys=True, default=str)

@@ -10,6 +10,9 @@ worker's (already stripped) object, never a simulated ``Answer``.
 * Responses: ``response.created`` (empty output, ``in_progress``), one
   ``response.output_item.done`` per output item, then ``response.completed`` (or
   ``response.incomplete``), each with a running ``sequence_number``.
+* Messages: ``message_start`` (the message with empty ``content``), per content block a
+  ``content_block_start`` / one delta / ``content_block_stop``, then ``message_delta``
+  (``stop_reason``, ``stop_sequence``, ``usage.output_tokens``) and ``message_stop``.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from capture_core.sse import format_event
 
-__all__ = ["chat_events", "responses_events", "responses_failure_events"]
+__all__ = ["chat_events", "messages_events", "responses_events", "responses_failure_events"]
 
 _CHUNK_HEAD = ("id", "created", "model", "system_fingerprint", "service_tier")
 
@@ -143,3 +148,65 @@ def responses_failure_events(message: str, *, model: str | None = None) -> list[
     out.emit("response.created", response=shell)
     out.emit("response.failed", response=failed)
     return out.events
+
+
+def messages_events(message: Mapping[str, Any]) -> list[bytes]:
+    """The Anthropic Messages SSE events of a complete ``message`` object.
+
+    Every event has an ``event:`` line naming its ``type``. Each content block is sent as an
+    empty shell, one delta holding its whole content (a ``signature_delta`` follows a signed
+    thinking block) and a stop.
+
+    Raises:
+        KeyError, TypeError, ValueError: the object is not a message.
+
+    Example:
+        >>> events = messages_events({"id": "msg_1", "type": "message", "role": "assistant",
+        ...     "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn",
+        ...     "stop_sequence": None, "usage": {"input_tokens": 3, "output_tokens": 1}})
+        >>> [e.split(b"\\n")[0].decode() for e in events]  # doctest: +NORMALIZE_WHITESPACE
+        ['event: message_start', 'event: content_block_start', 'event: content_block_delta',
+         'event: content_block_stop', 'event: message_delta', 'event: message_stop']
+    """
+    if not message.get("id"):
+        raise ValueError("the message has no id")
+    content = message["content"]
+    if not isinstance(content, list):
+        raise TypeError("content must be a list")
+    events: list[bytes] = []
+
+    def emit(kind: str, **fields: Any) -> None:
+        events.append(format_event({"type": kind, **fields}, event=kind))
+
+    usage = message.get("usage")
+    usage = dict(usage) if isinstance(usage, Mapping) else {}
+    shell = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
+    emit("message_start", message={**shell, "usage": {**usage, "output_tokens": 0}})
+    for index, block in enumerate(content):
+        kind = block["type"]
+        if kind == "text":
+            start: dict[str, Any] = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": block["text"]}]
+        elif kind == "thinking":
+            start = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [{"type": "thinking_delta", "thinking": block["thinking"]}]
+            if block.get("signature"):
+                deltas.append({"type": "signature_delta", "signature": block["signature"]})
+        elif kind == "tool_use":
+            start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+            partial = orjson.dumps(block.get("input") or {}).decode()
+            deltas = [{"type": "input_json_delta", "partial_json": partial}]
+        else:  # redacted thinking and other blocks travel whole in their start event
+            start, deltas = dict(block), []
+        emit("content_block_start", index=index, content_block=start)
+        for delta in deltas:
+            emit("content_block_delta", index=index, delta=delta)
+        emit("content_block_stop", index=index)
+    emit(
+        "message_delta",
+        delta={"stop_reason": message.get("stop_reason"),
+               "stop_sequence": message.get("stop_sequence")},
+        usage={"output_tokens": usage.get("output_tokens", 0)},
+    )  # fmt: skip
+    emit("message_stop")
+    return events

@@ -1,7 +1,8 @@
 """Training capture routing: admit a call, let the worker stage it, commit its ledger row.
 
-A request on ``/ng-rollout/<id>/training-token-capture/v1/{chat/completions | responses}``
-is handled here (``/v1/messages`` and other paths are forwarded untouched):
+A request on
+``/ng-rollout/<id>/training-token-capture/v1/{chat/completions | responses | messages}`` is
+handled here (other paths are forwarded untouched):
 
 1. A call id and admission time are minted. A retired rollout's call is served as plain traffic.
    Otherwise the parent is resolved by lineage fingerprint: no model-authored history (or an
@@ -17,7 +18,8 @@ is handled here (``/v1/messages`` and other paths are forwarded untouched):
 
 A serialization failure commits nothing: the ledger gets
 ``request_finished_without_staged_coordinates``; a Responses stream ends in
-``response.created`` + ``response.failed``, any other answer is a 500.
+``response.created`` + ``response.failed``, any other answer is a 500 (an Anthropic ``error``
+object for Messages).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from capture_core.exceptions import RolloutRetiredError
 from capture_core.lineage import LineageStore, ResolutionStatus
 from capture_core.server.buffered_sse import (
     chat_events,
+    messages_events,
     responses_events,
     responses_failure_events,
 )
@@ -67,7 +70,7 @@ logger = logging.getLogger(__name__)
 TRAINING_ROUTE_KEY: Final = "ngcapture.training_rollout"
 """Scope key the middleware sets to the rollout id of a valid training-capture request."""
 MODEL_CALL_ID_HEADER: Final = b"x-ng-model-call-id"
-_DIALECTS: Final = frozenset({"chat", "responses"})
+_DIALECTS: Final = frozenset({"chat", "responses", "messages"})
 _TOKEN_FIELDS: Final = (
     "prompt_token_ids",
     "compact_prompt_token_ids",
@@ -85,6 +88,9 @@ Reason = LedgerFailureReason
 
 def strip_token_fields(payload: dict[str, Any], *, keep_logprobs: bool) -> None:
     """Remove every internal token field from a worker answer, in place.
+
+    Fields are removed at the top level, from Chat choices and their messages, from Responses
+    output items and from Messages content blocks.
 
     Chat ``logprobs`` entries whose token is ``token_id:<n>`` are removed; the whole
     ``logprobs`` goes unless the client asked for log-probs (``keep_logprobs``).
@@ -107,7 +113,7 @@ def strip_token_fields(payload: dict[str, Any], *, keep_logprobs: bool) -> None:
                 message.pop(name, None)
         if "logprobs" in choice:
             choice["logprobs"] = _client_logprobs(choice["logprobs"]) if keep_logprobs else None
-    for item in _dicts(payload.get("output")):
+    for item in [*_dicts(payload.get("output")), *_dicts(payload.get("content"))]:
         for name in _TOKEN_FIELDS:
             item.pop(name, None)
 
@@ -369,11 +375,13 @@ class TrainingGate:
 
 
 def _response_items(dialect: str, served: dict[str, Any]) -> list[dict[str, Any]]:
-    """The served answer as lineage items (the first choice for Chat; the output items)."""
+    """The served answer as lineage items (Chat's first choice; the output items; the message)."""
     if dialect == "chat":
         choices = _dicts(served.get("choices"))
         message = choices[0].get("message") if choices else None
         return [message] if isinstance(message, dict) else []
+    if dialect == "messages":
+        return [{"role": "assistant", "content": served.get("content")}]
     return _dicts(served.get("output"))
 
 
@@ -382,6 +390,8 @@ def _serialize(call: _Call, payload: dict[str, Any]) -> tuple[bytes, list[bytes]
         return b"application/json", [orjson.dumps(payload)]
     if call.dialect == "chat":
         return b"text/event-stream", chat_events(payload, include_usage=call.include_usage)
+    if call.dialect == "messages":
+        return b"text/event-stream", messages_events(payload)
     return b"text/event-stream", responses_events(payload)
 
 
@@ -391,8 +401,10 @@ async def _send_failure(call: _Call, message: str, send: Send) -> None:
         events = responses_failure_events(message, model=model if isinstance(model, str) else None)
         await _send(send, 200, [(b"content-type", b"text/event-stream")], b"".join(events))
         return
-    error = {"error": {"message": message, "type": "server_error", "param": None,
-                       "code": "server_error"}}  # fmt: skip
+    error: dict[str, Any] = {"error": {"message": message, "type": "server_error",
+                                       "param": None, "code": "server_error"}}  # fmt: skip
+    if call.dialect == "messages":
+        error = {"type": "error", "error": {"type": "api_error", "message": message}}
     await _send(send, 500, [(b"content-type", b"application/json")], orjson.dumps(error))
 
 

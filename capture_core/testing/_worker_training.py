@@ -5,8 +5,9 @@ conversation with the reversible :class:`ByteTokenizer`, "generates" the answer'
 deterministic log-probs, stages them through :class:`RolloutTokenCapture` into a
 :class:`FilesystemStagingSink`, and answers like vLLM with ``return_token_ids``: top-level
 ``prompt_token_ids``, ``choices[0].token_ids`` and ``logprobs.content`` entries whose token is
-``token_id:<id>`` (Chat), or the token fields on the output message (Responses), plus
-``ng_commit_coords``. Token arrays never need to travel back through the model server.
+``token_id:<id>`` (Chat), the token fields on the output message (Responses) or at the top
+level of the message (Messages), plus ``ng_commit_coords``. Token arrays never need to travel
+back through the model server.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ _TOKENIZER: Final = ByteTokenizer()
 def _messages(dialect: str, body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     if dialect == "chat":
         return [m for m in body.get("messages", []) if isinstance(m, Mapping)]
+    if dialect == "messages":
+        return _anthropic_turns(body)
     items = body.get("input")
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
@@ -50,6 +53,51 @@ def _messages(dialect: str, body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
             content = item.get("content", item.get("output", ""))
             messages.append({"role": item.get("role", "tool"), "content": content})
     return messages
+
+
+def _anthropic_turns(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Anthropic ``system`` + ``messages`` as chat-like turns the tokenizer renders.
+
+    ``tool_result`` blocks become ``tool`` turns and ``tool_use`` blocks assistant text (the
+    call as JSON, exactly what the worker generated for it), so a continuation renders its
+    parent's turns the way they were staged.
+    """
+    turns: list[Mapping[str, Any]] = []
+    system = body.get("system")
+    if isinstance(system, list):
+        system = "".join(b.get("text", "") for b in system if isinstance(b, Mapping))
+    if isinstance(system, str) and system:
+        turns.append({"role": "system", "content": system})
+    for message in body.get("messages", []):
+        if not isinstance(message, Mapping):
+            continue
+        role, content = message.get("role", "user"), message.get("content", "")
+        if not isinstance(content, list):
+            turns.append({"role": role, "content": content})
+            continue
+        parts: list[Any] = []
+        for block in content:
+            kind = block.get("type") if isinstance(block, Mapping) else None
+            if kind == "tool_result":
+                if parts:
+                    turns.append({"role": role, "content": parts})
+                    parts = []
+                turns.append({"role": "tool", "content": _result_text(block.get("content"))})
+            elif kind == "tool_use":
+                args = orjson.dumps(block.get("input") or {}).decode()
+                call = {"name": block.get("name"), "arguments": args}
+                parts.append({"type": "text", "text": orjson.dumps(call).decode()})
+            elif kind != "thinking":
+                parts.append(block)
+        if parts:
+            turns.append({"role": role, "content": parts})
+    return turns
+
+
+def _result_text(content: object) -> str:
+    if isinstance(content, list):
+        return "".join(str(b.get("text", "")) for b in content if isinstance(b, Mapping))
+    return content if isinstance(content, str) else ""
 
 
 def _prompt(dialect: str, body: Mapping[str, Any], prefix: list[int]) -> list[int]:
@@ -112,7 +160,11 @@ class TrainingStager:
                 )
             coords = self.capture.complete_call_from_response(call, payload)
         else:
-            _add_response_fields(payload, prompt, generated, logprobs)
+            if dialect == "messages":
+                payload.update(prompt_token_ids=prompt, generation_token_ids=generated,
+                               generation_log_probs=logprobs)  # fmt: skip
+            else:
+                _add_response_fields(payload, prompt, generated, logprobs)
             coords = self.capture.complete_call(
                 call, prompt_token_ids=prompt, generated_token_ids=generated,
                 generated_logprobs=logprobs,

@@ -235,12 +235,8 @@ async def _training_answer(
     *, stream: bool,
 ) -> Response:  # fmt: skip
     """Training mode: stage the tokens, answer with token fields and commit coordinates."""
-    if dialect == "messages" or stream:
-        message = (
-            "external staging requires non-streaming backend requests"
-            if stream
-            else "token capture is served on /v1/responses and /v1/chat/completions"
-        )
+    if stream:
+        message = "external staging requires non-streaming backend requests"
         return faults.json_response(error_body(dialect, 422, message), status=422)  # fmt: skip
     if stager is None:
         message = "this worker has no staging directory (ngcapture worker --staging-dir)"

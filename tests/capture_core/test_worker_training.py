@@ -48,6 +48,29 @@ def test_a_root_call_is_staged_and_answered_with_tokens(tmp_path: Path) -> None:
     assert any(tmp_path.rglob("*.stage"))
 
 
+def test_a_messages_call_is_staged_with_top_level_token_fields(tmp_path: Path) -> None:
+    worker = SimulatedWorker(WorkerConfig(ttft_ms=0, ms_per_token=0, staging_dir=str(tmp_path)))
+    messages = [{"role": "user", "content": [{"type": "text", "text": "Which? (A) 2 (B) 3"}]}]
+    body = {"model": "m", "max_tokens": 64, "system": "be brief", "messages": messages,
+            "ng_capture": admission()}  # fmt: skip
+    response = post(worker, "/v1/messages", body)
+    assert response.status_code == 200, response.text
+    payload = response.json()
+    assert payload["type"] == "message"
+    tokenizer = ByteTokenizer()
+    turns = [{"role": "system", "content": "be brief"}, *messages]
+    assert payload["prompt_token_ids"] == tokenizer.render_prompt(turns)
+    text = "".join(b["text"] for b in payload["content"] if b["type"] == "text")
+    assert tokenizer.decode(payload["generation_token_ids"]) == text + "<|end|>"
+    assert len(payload["generation_log_probs"]) == len(payload["generation_token_ids"])
+    coords = payload[COMMIT_COORDS_KEY]
+    assert coords["disposition"] == "staged"
+    assert coords["cum_len"] == len(payload["prompt_token_ids"]) + len(
+        payload["generation_token_ids"]
+    )
+    assert any(tmp_path.rglob("*.stage"))
+
+
 def test_training_requests_that_cannot_be_served_are_refused_clearly(tmp_path: Path) -> None:
     configured = SimulatedWorker(WorkerConfig(ttft_ms=0, ms_per_token=0,
                                               staging_dir=str(tmp_path)))  # fmt: skip

@@ -1,6 +1,6 @@
 """Training-capture routing through real processes: a staging worker behind capture servers.
 
-The official ``openai`` SDK talks to ``/ng-rollout/<id>/training-token-capture/v1``; the worker
+The official ``openai`` and ``anthropic`` SDKs talk to ``/ng-rollout/<id>/training-token-capture/v1``; the worker
 stages the tokens and the capture server commits the ledger row, strips every token field and
 answers in the client's mode (JSON or buffered SSE).
 """
@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
+import httpx2
 import openai
 import pytest
 
@@ -98,6 +100,71 @@ def sdk(server: ServiceProcess, rollout_id: str) -> Iterator[tuple[openai.OpenAI
         yield client, recorder
 
 
+@dataclass
+class AnthropicRecorder(httpx2.BaseTransport):
+    """:class:`Recorder` for the ``anthropic`` SDK, which speaks ``httpx2``."""
+
+    inner: httpx2.HTTPTransport = field(default_factory=httpx2.HTTPTransport)
+    bodies: list[bytes] = field(default_factory=list)
+    headers: list[httpx2.Headers] = field(default_factory=list)
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = self.inner.handle_request(request)
+        try:
+            data = response.read()
+        finally:
+            response.close()
+        self.bodies.append(data)
+        self.headers.append(response.headers)
+        return httpx2.Response(
+            response.status_code, headers=response.headers, content=data, request=request
+        )
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@contextmanager
+def anthropic_sdk(
+    server: ServiceProcess, rollout_id: str
+) -> Iterator[tuple[anthropic.Anthropic, AnthropicRecorder]]:
+    recorder = AnthropicRecorder()
+    with anthropic.Anthropic(
+        base_url=f"{server.url}/ng-rollout/{rollout_id}/training-token-capture",
+        api_key="x",
+        max_retries=0,
+        timeout=TIMEOUT_S,
+        http_client=httpx2.Client(transport=recorder, timeout=TIMEOUT_S),
+    ) as client:
+        yield client, recorder
+
+
+@pytest.fixture
+def open_anthropic() -> Iterator[Any]:
+    """``open_anthropic(server, rollout_id)`` -> (client, recorder); closed after the test."""
+    with ExitStack() as stack:
+        yield lambda server, rollout_id: stack.enter_context(anthropic_sdk(server, rollout_id))
+
+
+def messages_call(
+    client: anthropic.Anthropic, messages: list[dict[str, Any]], *, stream: bool
+) -> tuple[str, list[dict[str, Any]]]:
+    """One Messages call; returns the served id and the answer's content blocks."""
+    kwargs: dict[str, Any] = {"model": "sim-model-1", "max_tokens": 256, "messages": messages}
+    if stream:
+        with client.messages.stream(**kwargs) as events:
+            message = events.get_final_message()
+    else:
+        message = client.messages.create(**kwargs)
+    assert message.type == "message" and message.role == "assistant"
+    assert message.stop_reason is not None
+    return message.id, [block.model_dump(exclude_none=True) for block in message.content]
+
+
+def text_of(content: list[dict[str, Any]]) -> str:
+    return "".join(block["text"] for block in content if block["type"] == "text")
+
+
 @pytest.fixture
 def open_sdk() -> Iterator[Any]:
     """``open_sdk(server, rollout_id)`` -> (client, recorder); closed after the test."""
@@ -145,14 +212,25 @@ def responses_call(client: openai.OpenAI, question: str, *, stream: bool) -> tup
 
 @pytest.mark.parametrize("eval_capture", [True, False], ids=["eval-on", "eval-off"])
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
-@pytest.mark.parametrize("dialect", ["chat", "responses"])
+@pytest.mark.parametrize("dialect", ["chat", "responses", "messages"])
 def test_sdk_parses_answer_and_ledger_has_one_row(
-    training: Training, open_sdk: Any, dialect: str, stream: bool, eval_capture: bool
+    training: Training,
+    open_sdk: Any,
+    open_anthropic: Any,
+    dialect: str,
+    stream: bool,
+    eval_capture: bool,
 ) -> None:
     rollout_id = f"route-{dialect}-{int(stream)}-{int(eval_capture)}"
-    client, recorder = open_sdk(training.server(eval_capture), rollout_id)
+    opener = open_anthropic if dialect == "messages" else open_sdk
+    client, recorder = opener(training.server(eval_capture), rollout_id)
     question = "Which is larger? (A) 2 (B) 3"
-    if dialect == "chat":
+    if dialect == "messages":
+        served_id, content = messages_call(
+            client, [{"role": "user", "content": question}], stream=stream
+        )
+        text = text_of(content)
+    elif dialect == "chat":
         served_id, text = chat_call(client, [{"role": "user", "content": question}], stream=stream)
     else:
         served_id, text = responses_call(client, question, stream=stream)
@@ -183,6 +261,38 @@ def test_chat_continuation_resolves_parent_and_linearizes(
         served_id, text = chat_call(client, messages, stream=index == 1)
         served.append(served_id)
         messages.append({"role": "assistant", "content": text})
+    manifest = training.lineage.manifest(rollout_id)
+    assert manifest.failures == []
+    first, second = manifest.records
+    assert [first.response_id, second.response_id] == served
+    assert second.parent_call_id == first.model_call_id
+    assert second.prev_len == first.cum_len and second.mode == "token_in"
+    outcome = build_receipt(manifest, terminal_response_id=served[-1])
+    assert not outcome.masked, outcome.problems
+    assert outcome.receipt is not None
+    keys = [row.staging_key for row in outcome.receipt.manifest]
+    rows = FilesystemStagingSink(training.staging_dir).fetch_raw(keys)
+    linear = verify_and_linearize(outcome.receipt, rows)
+    assert list(linear.model_call_ids) == [first.model_call_id, second.model_call_id]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_messages_continuation_resolves_parent_and_linearizes(
+    training: Training, open_anthropic: Any, stream: bool
+) -> None:
+    rollout_id = f"route-messages-continuation-{int(stream)}"
+    client, recorder = open_anthropic(training.with_eval, rollout_id)
+    messages: list[dict[str, Any]] = []
+    served: list[str] = []
+    for index, question in enumerate(["Which is larger? (A) 2 (B) 3", "And smaller? (A) 5 (B) 4"]):
+        messages.append({"role": "user", "content": question})
+        served_id, content = messages_call(client, messages, stream=stream and index == 1)
+        assert text_of(content)
+        served.append(served_id)
+        messages.append({"role": "assistant", "content": content})
+    for body in recorder.bodies:
+        for needle in FORBIDDEN:
+            assert needle not in body, needle
     manifest = training.lineage.manifest(rollout_id)
     assert manifest.failures == []
     first, second = manifest.records

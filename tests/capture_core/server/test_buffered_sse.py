@@ -8,6 +8,7 @@ import orjson
 
 from capture_core.server.buffered_sse import (
     chat_events,
+    messages_events,
     responses_events,
     responses_failure_events,
 )
@@ -86,3 +87,80 @@ def test_responses_events_and_failure() -> None:
     assert [e.event for e in failed] == ["response.created", "response.failed"]
     error = orjson.loads(failed[1].data)["response"]
     assert error["status"] == "failed" and error["error"]["message"] == "boom"
+
+
+def anthropic_message() -> dict[str, Any]:
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "content": [
+            {"type": "thinking", "thinking": "hmm", "signature": "sig-1"},
+            {"type": "text", "text": "calling"},
+            {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"x": 1}},
+        ],
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 5, "output_tokens": 9},
+    }
+
+
+def test_messages_events_order_and_content() -> None:
+    events = parse_sse(b"".join(messages_events(anthropic_message())))
+    payloads = [orjson.loads(e.data) for e in events]
+    assert [e.event for e in events] == [p["type"] for p in payloads]
+    assert [(p["type"], p.get("index"), p.get("delta", {}).get("type")) for p in payloads] == [
+        ("message_start", None, None),
+        ("content_block_start", 0, None),
+        ("content_block_delta", 0, "thinking_delta"),
+        ("content_block_delta", 0, "signature_delta"),
+        ("content_block_stop", 0, None),
+        ("content_block_start", 1, None),
+        ("content_block_delta", 1, "text_delta"),
+        ("content_block_stop", 1, None),
+        ("content_block_start", 2, None),
+        ("content_block_delta", 2, "input_json_delta"),
+        ("content_block_stop", 2, None),
+        ("message_delta", None, None),
+        ("message_stop", None, None),
+    ]
+    start = payloads[0]["message"]
+    assert start["content"] == [] and start["stop_reason"] is None
+    assert start["usage"] == {"input_tokens": 5, "output_tokens": 0}
+    assert payloads[8]["content_block"] == {"type": "tool_use", "id": "toolu_1", "name": "f",
+                                            "input": {}}  # fmt: skip
+    assert orjson.loads(payloads[9]["delta"]["partial_json"]) == {"x": 1}
+    assert payloads[11]["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
+    assert payloads[11]["usage"] == {"output_tokens": 9}
+
+
+def test_messages_events_rebuild_the_message_with_the_anthropic_sdk() -> None:
+    import anthropic
+    import httpx2
+
+    body = b"".join(messages_events(anthropic_message()))
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    http = httpx2.Client(transport=httpx2.MockTransport(handler))
+    client = anthropic.Anthropic(base_url="http://sim", api_key="x", http_client=http)
+    with (
+        client,
+        client.messages.stream(
+            model="m", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+        ) as stream,
+    ):
+        message = stream.get_final_message()
+    assert message.model_dump(exclude_none=True)["content"] == anthropic_message()["content"]
+    assert message.stop_reason == "tool_use"
+    assert message.usage.output_tokens == 9
+
+
+def test_messages_token_fields_are_stripped() -> None:
+    message = {**anthropic_message(), "prompt_token_ids": [1], "generation_token_ids": [2],
+               "generation_log_probs": [-0.1], "routed_experts": [[[0]]]}  # fmt: skip
+    message["content"] = [{**b, "generation_token_ids": [2]} for b in message["content"]]
+    strip_token_fields(message, keep_logprobs=False)
+    assert message == anthropic_message()

@@ -61,7 +61,7 @@ def gate(tmp_path: Path) -> TrainingGate:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses", "/v1/messages"])
 def test_ledger_row_is_durable_before_the_first_send(
     gate: TrainingGate, path: str, stream: bool
 ) -> None:
@@ -111,6 +111,26 @@ def test_chat_serialization_failure_is_a_500(
     status, _ = serve(gate, "/v1/chat/completions", body, "gate-chat-failed")
     assert status == 500
     assert gate.ledger.manifest("gate-chat-failed").records == []
+
+
+def test_messages_serialization_failure_is_an_anthropic_500(
+    gate: TrainingGate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(message: Any) -> list[bytes]:
+        raise ValueError("cannot serialize")
+
+    monkeypatch.setattr(training, "messages_events", broken)
+    body = {"model": "m", "max_tokens": 16, "stream": True,
+            "messages": [{"role": "user", "content": QUESTION}]}  # fmt: skip
+    status, raw = serve(gate, "/v1/messages", body, "gate-messages-failed")
+    assert status == 500
+    assert orjson.loads(raw) == {
+        "type": "error",
+        "error": {"type": "api_error", "message": "cannot serialize"},
+    }
+    manifest = gate.ledger.manifest("gate-messages-failed")
+    assert manifest.records == []
+    assert [f.reason for f in manifest.failures] == ["request_finished_without_staged_coordinates"]
 
 
 class Tamper:
