@@ -90,12 +90,24 @@ def test_retire_races_four_servers(race: Race) -> None:
     started = time.monotonic()
     served: list[Served] = []
     retired: set[str] = set()
-    limits = httpx.Limits(max_connections=CONCURRENCY * 2, max_keepalive_connections=CONCURRENCY)
+    # One client per worker thread: a sync httpx pool shared by many threads can close a
+    # connection under another thread's read (seen as EBADF under load).
+    local = threading.local()
+    clients: list[httpx.Client] = []
+    clients_lock = threading.Lock()
+
+    def thread_client() -> httpx.Client:
+        if not hasattr(local, "client"):
+            local.client = httpx.Client(timeout=30.0)
+            with clients_lock:
+                clients.append(local.client)
+        return local.client
+
     with (
-        httpx.Client(timeout=30.0, limits=limits) as client,
         ThreadPoolExecutor(CONCURRENCY) as pool,
         ExitStack() as stack,
     ):
+        stack.callback(lambda: [c.close() for c in clients])
         controls = [
             stack.enter_context(RolloutControlClient(server.url, TOKEN)) for server in race.servers
         ]
@@ -115,7 +127,7 @@ def test_retire_races_four_servers(race: Race) -> None:
                 rollout_id, n = job
                 try:
                     server = race.servers[(position + n) % SERVERS]  # n-th call, n-th server
-                    return call(client, server, rollout_id, position)
+                    return call(thread_client(), server, rollout_id, position)
                 finally:
                     done.release()
 
