@@ -12,6 +12,7 @@ import logging
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from capture_core.lineage import LineageStore
+from capture_core.server._asgi import send_whole
 from capture_core.server.control import CONTROL_PREFIX, control_app, load_control_token
 from capture_core.server.counters import CaptureCounters
 from capture_core.server.middleware import CaptureMiddleware
@@ -100,18 +101,7 @@ class CaptureApp:
 
 
 async def _plain(send: Send, text: str, content_type: bytes, status: int = 200) -> None:
-    body = text.encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", content_type),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    await send_whole(send, status, [(b"content-type", content_type)], text.encode())
 
 
 def create_app(settings: CaptureSettings | None = None) -> CaptureApp:

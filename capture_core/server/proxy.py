@@ -16,10 +16,11 @@ from typing import Any, Final
 import anyio
 import httpx
 import orjson
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from capture_core.dialects import dialect_for_path
 from capture_core.records import ErrorCategory
+from capture_core.server._asgi import read_body, send_whole
 from capture_core.server.settings import CaptureSettings
 
 __all__ = ["TRANSPORT_ERROR_KEY", "UpstreamProxy"]
@@ -82,7 +83,7 @@ class UpstreamProxy:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        body = await _read_body(receive)
+        body = await read_body(receive)
         if body is None:
             return  # the client left before sending its request
         path: str = scope["path"]
@@ -139,27 +140,6 @@ class UpstreamProxy:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def _read_body(receive: Receive) -> bytes | None:
-    chunks: list[bytes] = []
-    while True:
-        message: Message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
 async def _send_error(send: Send, path: str, status: int, message: str) -> None:
     body = _error_body(path, status, message)
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+    await send_whole(send, status, [(b"content-type", b"application/json")], body)

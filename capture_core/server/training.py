@@ -44,6 +44,7 @@ from capture_core._fingerprint import (
 from capture_core.dialects import dialect_for_path
 from capture_core.exceptions import RolloutRetiredError
 from capture_core.lineage import LineageStore, ResolutionStatus
+from capture_core.server._asgi import read_body, send_whole
 from capture_core.server.buffered_sse import (
     chat_events,
     messages_events,
@@ -51,6 +52,7 @@ from capture_core.server.buffered_sse import (
     responses_failure_events,
 )
 from capture_core.server.namespaced_tools import NamespaceMap, flatten_request, restore_output
+from capture_core.server.token_fields import dict_items, strip_token_fields
 from capture_core.staging import (
     CAPTURE_ADMISSION_KEY,
     COMMIT_COORDS_KEY,
@@ -71,70 +73,9 @@ TRAINING_ROUTE_KEY: Final = "ngcapture.training_rollout"
 """Scope key the middleware sets to the rollout id of a valid training-capture request."""
 MODEL_CALL_ID_HEADER: Final = b"x-ng-model-call-id"
 _DIALECTS: Final = frozenset({"chat", "responses", "messages"})
-_TOKEN_FIELDS: Final = (
-    "prompt_token_ids",
-    "compact_prompt_token_ids",
-    "token_ids",
-    "generation_token_ids",
-    "generation_log_probs",
-    "routed_experts",
-    "media_spans",
-)
 _DROPPED_REQUEST_HEADERS: Final = frozenset({b"content-length", b"accept-encoding"})
-_TOKEN_ID_PREFIX: Final = "token_id:"
 
 Reason = LedgerFailureReason
-
-
-def strip_token_fields(payload: dict[str, Any], *, keep_logprobs: bool) -> None:
-    """Remove every internal token field from a worker answer, in place.
-
-    Fields are removed at the top level, from Chat choices and their messages, from Responses
-    output items and from Messages content blocks.
-
-    Chat ``logprobs`` entries whose token is ``token_id:<n>`` are removed; the whole
-    ``logprobs`` goes unless the client asked for log-probs (``keep_logprobs``).
-
-    Example:
-        >>> body = {"prompt_token_ids": [1], "choices": [{"token_ids": [2], "logprobs": {},
-        ...         "message": {"content": "x", "generation_token_ids": [2]}}]}
-        >>> strip_token_fields(body, keep_logprobs=False)
-        >>> body
-        {'choices': [{'logprobs': None, 'message': {'content': 'x'}}]}
-    """
-    for name in _TOKEN_FIELDS:
-        payload.pop(name, None)
-    for choice in _dicts(payload.get("choices")):
-        for name in _TOKEN_FIELDS:
-            choice.pop(name, None)
-        for name in _TOKEN_FIELDS:
-            message = choice.get("message")
-            if isinstance(message, dict):
-                message.pop(name, None)
-        if "logprobs" in choice:
-            choice["logprobs"] = _client_logprobs(choice["logprobs"]) if keep_logprobs else None
-    for item in [*_dicts(payload.get("output")), *_dicts(payload.get("content"))]:
-        for name in _TOKEN_FIELDS:
-            item.pop(name, None)
-
-
-def _dicts(value: object) -> list[dict[str, Any]]:
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
-
-
-def _client_logprobs(logprobs: object) -> object:
-    if not isinstance(logprobs, dict):
-        return None
-    kept = dict(logprobs)
-    for key in ("content", "refusal"):
-        entries = kept.get(key)
-        if isinstance(entries, list):
-            kept[key] = [e for e in entries if not _token_id_entry(e)]
-    return kept
-
-
-def _token_id_entry(entry: object) -> bool:
-    return isinstance(entry, dict) and str(entry.get("token", "")).startswith(_TOKEN_ID_PREFIX)
 
 
 @dataclass
@@ -193,7 +134,7 @@ class TrainingGate:
         return dialect is not None and dialect.name in _DIALECTS and scope["method"] == "POST"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        raw = await _read_body(receive)
+        raw = await read_body(receive)
         if raw is None:
             return
         dialect = dialect_for_path(scope["path"])
@@ -377,12 +318,12 @@ class TrainingGate:
 def _response_items(dialect: str, served: dict[str, Any]) -> list[dict[str, Any]]:
     """The served answer as lineage items (Chat's first choice; the output items; the message)."""
     if dialect == "chat":
-        choices = _dicts(served.get("choices"))
+        choices = dict_items(served.get("choices"))
         message = choices[0].get("message") if choices else None
         return [message] if isinstance(message, dict) else []
     if dialect == "messages":
         return [{"role": "assistant", "content": served.get("content")}]
-    return _dicts(served.get("output"))
+    return dict_items(served.get("output"))
 
 
 def _serialize(call: _Call, payload: dict[str, Any]) -> tuple[bytes, list[bytes]]:
@@ -425,9 +366,7 @@ def _passed_headers(upstream: _Upstream) -> list[tuple[bytes, bytes]]:
 async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
     if any(k.lower() == b"content-type" and v.startswith(b"text/event-stream") for k, v in headers):
         headers = [*headers, (b"cache-control", b"no-cache")]
-    headers = [*headers, (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+    await send_whole(send, status, headers, body)
 
 
 def _with_call_id(send: Send, model_call_id: str) -> Send:
@@ -438,17 +377,6 @@ def _with_call_id(send: Send, model_call_id: str) -> Send:
         await send(message)
 
     return tagged
-
-
-async def _read_body(receive: Receive) -> bytes | None:
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 def _replay(body: bytes, receive: Receive) -> Callable[[], Awaitable[Message]]:
