@@ -83,14 +83,25 @@ from capture_core.records import (
     ToolCall,
 )
 from capture_core.sse import SSEEvent, SSEParser, format_event, format_events, parse_sse
-from capture_core.store import CaptureRead, CaptureStore, RawEntry
+from capture_core.store import (
+    DATA_SUFFIX,
+    MARKER_SUFFIX,
+    CaptureRead,
+    CaptureStore,
+    RawEntry,
+    damaged_entry,
+    parse_capture,
+    paused_gc,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ATTACHMENT_KEY",
+    "DATA_SUFFIX",
     "DIALECTS",
     "FINGERPRINT_VERSION",
+    "MARKER_SUFFIX",
     "MAX_ROLLOUT_ID_LENGTH",
     "PAYLOAD_FIELDS",
     "CaptureError",
@@ -136,6 +147,7 @@ __all__ = [
     "classify_response",
     "classify_status",
     "conversation_digest",
+    "damaged_entry",
     "dialect_for_path",
     "extract_response",
     "format_event",
@@ -145,7 +157,9 @@ __all__ = [
     "lineage_request_items",
     "make_rollout_id",
     "normalize_line",
+    "parse_capture",
     "parse_sse",
+    "paused_gc",
     "read_model_call_records",
     "reassemble_stream",
     "rollout_id_from_body",

@@ -46,7 +46,16 @@ from capture_core.ids import is_valid_rollout_id, validate_rollout_id
 from capture_core.normalize import normalize_line
 from capture_core.records import CaptureRecords, DamagedLine, ModelCallRecord, RawCaptureLine
 
-__all__ = ["DATA_SUFFIX", "MARKER_SUFFIX", "CaptureRead", "CaptureStore", "RawEntry"]
+__all__ = [
+    "DATA_SUFFIX",
+    "MARKER_SUFFIX",
+    "CaptureRead",
+    "CaptureStore",
+    "RawEntry",
+    "damaged_entry",
+    "parse_capture",
+    "paused_gc",
+]
 
 DATA_SUFFIX: Final = ".capture.jsonl"
 MARKER_SUFFIX: Final = ".capture.incomplete"

@@ -8,6 +8,8 @@
   (the second takes no ``attachments`` keyword, like a pre-attachments sink).
 * :class:`SimulatedWorker`: an OpenAI/Anthropic-compatible inference worker (ASGI app) with
   per-request fault injection (``x-ngcapture-fault``), deterministic for a seed.
+* :func:`write_run` / :class:`RunSpec`: a synthetic run on disk (capture store + rollout
+  JSONL with rewards), tasks stable across runs so checkpoint pairs have known shifts.
 * ``run_worker`` / ``run_capture_server`` (in ``capture_core.testing.processes``): both as real
   processes on loopback.
 
@@ -25,6 +27,7 @@ from capture_core.testing.answers import (
 )
 from capture_core.testing.bodies import chat_body, messages_body, response_body, responses_body
 from capture_core.testing.lines import DIALECT_NAMES, CaptureLineFactory, capture_line, torn
+from capture_core.testing.runs import RunSpec, SyntheticRun, write_run
 from capture_core.testing.staging import InMemoryStagingSink, LegacyStagingSink
 from capture_core.testing.streams import (
     chat_stream,
@@ -41,8 +44,10 @@ __all__ = [
     "CaptureLineFactory",
     "InMemoryStagingSink",
     "LegacyStagingSink",
+    "RunSpec",
     "SimulatedDrop",
     "SimulatedWorker",
+    "SyntheticRun",
     "ToolCallSpec",
     "WorkerConfig",
     "capture_line",
@@ -58,4 +63,5 @@ __all__ = [
     "responses_body",
     "responses_stream",
     "torn",
+    "write_run",
 ]

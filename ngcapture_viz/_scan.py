@@ -1,0 +1,188 @@
+"""Parse capture files (or the bytes appended to them) into call, tool-call and damage rows.
+
+This is the one place the analysis side turns capture lines into rows, and it does so with
+``capture_core``'s own reader pieces (``parse_capture``, ``normalize_line``), so a row always
+equals the record ``read_model_call_records`` returns for the same line. Functions here are
+top-level and take plain arguments so a process pool can run them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import polars as pl
+
+from capture_core import (
+    InvalidRecordError,
+    normalize_line,
+    parse_capture,
+    paused_gc,
+)
+from ngcapture_viz.frames.calls import CallColumns
+from ngcapture_viz.frames.gaps import AnalysisGap, GapRows
+from ngcapture_viz.frames.tool_calls import ToolCallColumns
+
+__all__ = ["FileState", "FileTask", "ScanResult", "fingerprint", "scan_files"]
+
+#: Bytes hashed at the head and at the end of the indexed prefix to notice rewrites.
+_PROBE: Final = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class FileState:
+    """What the index knows about one capture file.
+
+    ``consumed`` covers whole lines only (up to and including the last newline); the bytes after
+    it (a line still being written, or a torn tail) are parsed again on every refresh.
+    """
+
+    name: str
+    rollout_id: str
+    size: int
+    mtime_ns: int
+    inode: int
+    consumed: int
+    next_call_index: int
+    next_line: int
+    head_hash: str
+    tail_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class FileTask:
+    """Parse ``path`` from ``start`` (a line boundary) with the counters it had there."""
+
+    path: str
+    name: str
+    rollout_id: str
+    start: int = 0
+    call_index: int = 0
+    line: int = 1
+
+
+@dataclass
+class ScanResult:
+    calls: pl.DataFrame
+    tool_calls: pl.DataFrame
+    damaged: pl.DataFrame
+    states: list[FileState] = field(default_factory=list)
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
+    bytes_parsed: int = 0
+
+
+def fingerprint(fd: int, start: int, end: int) -> str:
+    """A short hash of bytes ``[start, end)`` of an open file."""
+    data = os.pread(fd, max(0, end - start), start) if end > start else b""
+    return hashlib.blake2b(data, digest_size=12).hexdigest()
+
+
+def scan_files(tasks: list[FileTask]) -> ScanResult:
+    """Parse every task's bytes; unreadable files are reported, never raised."""
+    calls, tools, damaged = CallColumns(), ToolCallColumns(), GapRows()
+    states: list[FileState] = []
+    unreadable: list[tuple[str, str]] = []
+    parsed = 0
+    with paused_gc():
+        for task in tasks:
+            try:
+                state, size = _scan_one(task, calls, tools, damaged)
+            except OSError as exc:
+                unreadable.append((task.name, f"{type(exc).__name__}: {exc.strerror or exc}"))
+                continue
+            states.append(state)
+            parsed += size
+    return ScanResult(
+        calls.frame(),
+        tools.frame(),
+        damaged.frame(),
+        states=states,
+        unreadable=unreadable,
+        bytes_parsed=parsed,
+    )
+
+
+def _scan_one(
+    task: FileTask, calls: CallColumns, tools: ToolCallColumns, damaged: GapRows
+) -> tuple[FileState, int]:
+    fd = os.open(task.path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        stat = os.fstat(fd)
+        size = stat.st_size
+        content = os.pread(fd, max(0, size - task.start), task.start) if size > task.start else b""
+        end = task.start + len(content)
+        last_newline = content.rfind(b"\n")
+        consumed = task.start + last_newline + 1
+        head = fingerprint(fd, 0, min(_PROBE, consumed))
+        tail = fingerprint(fd, max(0, consumed - _PROBE), consumed)
+    finally:
+        os.close(fd)
+    path = Path(task.path)
+    entries, bad = parse_capture(content, path)
+    next_call_index, next_line = task.call_index, task.line
+    for entry in entries:
+        offset = task.start + entry.byte_offset
+        call_index = task.call_index + entry.call_index
+        line_number = task.line + entry.line_number - 1
+        if offset < consumed:
+            next_call_index = max(next_call_index, call_index + 1)
+        try:
+            record = normalize_line(entry.data, call_index)
+        except InvalidRecordError as exc:
+            _add_damage(
+                damaged, task, exc.reason, call_index=call_index, line=line_number, offset=offset
+            )
+            continue
+        calls.add(
+            record,
+            rollout_id=task.rollout_id,
+            source="store",
+            path=task.path,
+            line_number=line_number,
+            byte_offset=offset,
+            line_bytes=entry.length,
+        )
+        tools.add(record, rollout_id=task.rollout_id, source="store")
+    for line in bad:
+        offset = task.start + line.byte_offset
+        call_index = task.call_index + line.call_index
+        if offset < consumed:
+            next_call_index = max(next_call_index, call_index + 1)
+        number = task.line + line.line_number - 1
+        _add_damage(damaged, task, line.reason, call_index=call_index, line=number, offset=offset)
+    next_line = task.line + content.count(b"\n", 0, last_newline + 1)
+    state = FileState(
+        name=task.name,
+        rollout_id=task.rollout_id,
+        size=end,
+        mtime_ns=stat.st_mtime_ns,
+        inode=stat.st_ino,
+        consumed=consumed,
+        next_call_index=next_call_index,
+        next_line=next_line,
+        head_hash=head,
+        tail_hash=tail,
+    )
+    return state, len(content)
+
+
+def _add_damage(
+    damaged: GapRows, task: FileTask, reason: str, *, call_index: int, line: int, offset: int
+) -> None:
+    damaged.add(
+        AnalysisGap.DAMAGED_LINE,
+        source="store",
+        rollout_id=task.rollout_id,
+        call_index=call_index,
+        detail=reason,
+        path=task.path,
+        line_number=line,
+        byte_offset=offset,
+    )
+
+
+def state_row(state: FileState) -> dict[str, Any]:
+    return {name: getattr(state, name) for name in FileState.__slots__}

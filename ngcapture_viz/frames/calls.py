@@ -1,0 +1,194 @@
+"""The calls frame: one row per captured model call, payloads left in the store."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Final
+
+import orjson
+import polars as pl
+
+from capture_core import ModelCallRecord
+from ngcapture_viz.frames._columns import UTC_TIME, Column, FrameSchema
+
+__all__ = ["CALLS", "LENGTH_FINISH_REASONS", "CallColumns", "call_outcome"]
+
+_CAT = pl.Categorical()
+_INT = pl.Int64()
+_FLOAT = pl.Float64()
+_STR = pl.String()
+_BOOL = pl.Boolean()
+
+#: Finish reasons meaning "stopped by the output-token limit", per dialect.
+LENGTH_FINISH_REASONS: Final = frozenset({"length", "max_tokens", "max_output_tokens"})
+
+CALLS: Final = FrameSchema(
+    "calls",
+    [
+        Column("run", _CAT, "The run's label (checkpoint, experiment...)."),
+        Column("rollout_id", _STR, "The rollout the call belongs to."),
+        Column("call_index", _INT, "Ordinal of the line in its capture file (durable)."),
+        Column("model_call_id", _STR, "Id the capture server gave the call."),
+        Column("response_id", _STR, "Id the inference worker gave the response."),
+        Column("model_ref_type", _CAT, "`model_ref.type` of the capture line."),
+        Column("model_ref_name", _CAT, "`model_ref.name`: the model server the call went to."),
+        Column("model", _CAT, "Model named by the response (else by the request)."),
+        Column("dialect", _CAT, "Wire dialect: responses, chat or messages."),
+        Column("stream", _BOOL, "Whether the request asked for a streamed response."),
+        Column("status_code", _INT, "HTTP status the client received."),
+        Column("response_status", _CAT, "The response object's own status, when it has one."),
+        Column("finish_reason", _CAT, "Why generation stopped, in the dialect's words."),
+        Column(
+            "outcome",
+            _CAT,
+            "`ok`, the error category, or `length` (stopped by the output-token limit).",
+        ),
+        Column("started_at", UTC_TIME, "When the request reached the capture server (UTC)."),
+        Column("completed_at", UTC_TIME, "When the response finished (UTC)."),
+        Column("latency_total_ms", _FLOAT, "Wall time of the call at the model server."),
+        Column("latency_ttft_ms", _FLOAT, "Time to the first streamed token (streams only)."),
+        Column("tokens_in", _INT, "Prompt tokens reported (null: not reported)."),
+        Column("tokens_out", _INT, "Output tokens reported, reasoning included."),
+        Column("tokens_reasoning", _INT, "Reasoning tokens reported."),
+        Column("tokens_total", _INT, "Total tokens reported (or in + out)."),
+        Column("cached_tokens", _INT, "Prompt tokens read from the prompt cache."),
+        Column("cache_creation_tokens", _INT, "Prompt tokens written to the prompt cache."),
+        Column("cache_hit", _BOOL, "cached_tokens > 0 (null when not reported)."),
+        Column(
+            "output_tokens_per_s",
+            _FLOAT,
+            "tokens_out / decode time (latency − TTFT when streamed, else latency).",
+        ),
+        Column("num_tool_calls", _INT, "Tool calls the response asked for."),
+        Column("tool_names", pl.List(_STR), "Names of those tool calls, in order."),
+        Column("reasoning_content", _STR, "Reasoning or thinking text the response carried."),
+        Column("error_category", _CAT, "Why the call failed (null: it did not)."),
+        Column("error_code", _STR, "Error code from the error body, when any."),
+        Column("error_message", _STR, "Error message from the error body, when any."),
+        Column("source", _CAT, "`store` (capture file) or `attachment` (rollout record)."),
+        Column("path", _STR, "The capture file holding the line (null for attachments)."),
+        Column("line_number", _INT, "1-based physical line number in that file."),
+        Column("byte_offset", _INT, "Offset of the line's first byte (payload access)."),
+        Column("line_bytes", _INT, "Length of the line in bytes: the payload's size on disk."),
+    ],
+)
+
+
+def call_outcome(error_category: str | None, finish_reason: str | None) -> str:
+    """The outcome label of a call: ``ok``, its error category, or ``length``.
+
+    Example:
+        >>> call_outcome(None, "stop"), call_outcome("rate_limit", None)
+        ('ok', 'rate_limit')
+        >>> call_outcome(None, "length")
+        'length'
+    """
+    if error_category is not None:
+        return error_category
+    if finish_reason in LENGTH_FINISH_REASONS:
+        return "length"
+    return "ok"
+
+
+def _micros(value: datetime | None) -> int | None:
+    if value is None:
+        return None
+    # Exact integer arithmetic: timestamp() goes through a float.
+    delta = value - _UTC_EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+_UTC_EPOCH: Final = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
+
+
+def _rate(record: ModelCallRecord) -> float | None:
+    tokens, latency, ttft = record.tokens_out, record.latency_total_ms, record.latency_ttft_ms
+    if tokens is None or latency is None:
+        return None
+    seconds = (latency - ttft if record.stream and ttft is not None else latency) / 1000
+    return tokens / seconds if seconds > 0 else None
+
+
+class CallColumns:
+    """Accumulates call rows column by column (fast), then builds the typed frame.
+
+    Example:
+        >>> acc = CallColumns()
+        >>> acc.add(ModelCallRecord(call_index=0, tokens_in=3), rollout_id="0-0", source="store")
+        >>> acc.frame("ckpt").select("run", "tokens_in", "tokens_out").row(0)
+        ('ckpt', 3, None)
+    """
+
+    _NAMES: Final = [n for n in CALLS.names if n != "run"]
+
+    def __init__(self) -> None:
+        self.data: dict[str, list[Any]] = {name: [] for name in self._NAMES}
+
+    def __len__(self) -> int:
+        return len(self.data["call_index"])
+
+    def add(
+        self,
+        record: ModelCallRecord,
+        *,
+        rollout_id: str,
+        source: str,
+        path: str | None = None,
+        line_number: int | None = None,
+        byte_offset: int | None = None,
+        line_bytes: int | None = None,
+    ) -> None:
+        """Append the row of ``record``."""
+        d = self.data
+        ref = record.model_ref
+        d["rollout_id"].append(rollout_id)
+        d["call_index"].append(record.call_index)
+        d["model_call_id"].append(record.model_call_id)
+        d["response_id"].append(record.response_id)
+        d["model_ref_type"].append(None if ref is None else ref.type)
+        d["model_ref_name"].append(None if ref is None else ref.name)
+        d["model"].append(record.model)
+        d["dialect"].append(record.dialect)
+        d["stream"].append(record.stream)
+        d["status_code"].append(record.status_code)
+        d["response_status"].append(record.response_status)
+        d["finish_reason"].append(record.finish_reason)
+        d["outcome"].append(call_outcome(record.error_category, record.finish_reason))
+        d["started_at"].append(_micros(record.started_at))
+        d["completed_at"].append(_micros(record.completed_at))
+        d["latency_total_ms"].append(record.latency_total_ms)
+        d["latency_ttft_ms"].append(record.latency_ttft_ms)
+        d["tokens_in"].append(record.tokens_in)
+        d["tokens_out"].append(record.tokens_out)
+        d["tokens_reasoning"].append(record.tokens_reasoning)
+        d["tokens_total"].append(record.tokens_total)
+        d["cached_tokens"].append(record.cached_tokens)
+        d["cache_creation_tokens"].append(record.cache_creation_tokens)
+        d["cache_hit"].append(record.cache_hit)
+        d["output_tokens_per_s"].append(_rate(record))
+        d["num_tool_calls"].append(len(record.tool_calls))
+        d["tool_names"].append([tc.name for tc in record.tool_calls])
+        d["reasoning_content"].append(record.reasoning_content)
+        d["error_category"].append(record.error_category)
+        d["error_code"].append(record.error_code)
+        d["error_message"].append(record.error_message)
+        d["source"].append(source)
+        d["path"].append(path)
+        d["line_number"].append(line_number)
+        d["byte_offset"].append(byte_offset)
+        d["line_bytes"].append(line_bytes)
+
+    def frame(self, run: str | None = None) -> pl.DataFrame:
+        """The typed frame (``run`` filled with ``run`` on every row)."""
+        data: dict[str, Any] = dict(self.data)
+        for name in ("started_at", "completed_at"):
+            data[name] = pl.Series(name, data[name], dtype=pl.Int64).cast(UTC_TIME)
+        data["run"] = [run] * len(self)
+        return CALLS.from_columns(data)
+
+
+def arguments_json(value: Any) -> str | None:
+    """The parsed arguments of a tool call as JSON text (``None`` when there are none)."""
+    if value is None:
+        return None
+    return orjson.dumps(value).decode()

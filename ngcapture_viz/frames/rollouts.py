@@ -1,0 +1,133 @@
+"""The rollouts frame: one row per rollout, capture totals beside task fields and reward."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import polars as pl
+
+from capture_core import split_attempt
+from ngcapture_viz.frames._columns import UTC_TIME, Column, FrameSchema
+
+__all__ = ["ROLLOUTS", "TOKEN_TOTALS", "call_totals", "rollout_parts", "task_field_columns"]
+
+_INT = pl.Int64()
+_STR = pl.String()
+_BOOL = pl.Boolean()
+_FLOAT = pl.Float64()
+
+#: Token columns summed per rollout: each sums the calls that reported it, null if none did.
+TOKEN_TOTALS: Final = (
+    "tokens_in",
+    "tokens_out",
+    "tokens_reasoning",
+    "tokens_total",
+    "cached_tokens",
+)
+
+ROLLOUTS: Final = FrameSchema(
+    "rollouts",
+    [
+        Column("run", pl.Categorical(), "The run's label."),
+        Column("rollout_id", _STR, "`<task>-<rollout>[-a<n>]` or an explicit id."),
+        Column("task_id", _STR, "Task id from the rollout record (null: store only)."),
+        Column("task_index", _INT, "`_ng_task_index`, or parsed from a `<task>-<rollout>` id."),
+        Column("rollout_index", _INT, "`_ng_rollout_index`, or parsed from the id."),
+        Column("attempt", _INT, "Resume attempt (`-a<n>` suffix; 0 for the first)."),
+        Column("reward", _FLOAT, "Reward from the rollout record (null: none)."),
+        Column("in_store", _BOOL, "The store has a capture file or marker (null: no store given)."),
+        Column("in_rollouts", _BOOL, "The rollout file has a record (null: no file given)."),
+        Column("incomplete", _BOOL, "The store marked the capture incomplete."),
+        Column("pending_writes", _INT, "Capture writes still marked pending."),
+        Column("num_calls", _INT, "Readable captured calls."),
+        Column("num_errors", _INT, "Calls with an error category."),
+        Column("num_tool_calls", _INT, "Tool calls requested over all calls."),
+        Column("tokens_in", _INT, "Sum of reported prompt tokens (null: no call reported)."),
+        Column("tokens_out", _INT, "Sum of reported output tokens."),
+        Column("tokens_reasoning", _INT, "Sum of reported reasoning tokens."),
+        Column("tokens_total", _INT, "Sum of reported total tokens."),
+        Column("cached_tokens", _INT, "Sum of reported cached prompt tokens."),
+        Column("latency_total_ms", _FLOAT, "Sum of per-call latencies (not wall time)."),
+        Column("started_at", UTC_TIME, "First call's start."),
+        Column("completed_at", UTC_TIME, "Last call's completion."),
+        Column("wall_ms", _FLOAT, "completed_at − started_at: the span the calls cover."),
+        Column("num_gaps", _INT, "Gap rows about this rollout."),
+        Column("num_damaged", _INT, "Damaged capture lines."),
+        Column("path", _STR, "The capture file (null when none)."),
+        Column("rollouts_line", _INT, "Line of the record in the rollout file."),
+    ],
+)
+
+_PAIR: Final = re.compile(r"^(\d+)-(\d+)$")
+
+
+def rollout_parts(rollout_id: str) -> tuple[int | None, int | None, int]:
+    """Task index, rollout index and attempt read from an id (indices null when not numeric).
+
+    Example:
+        >>> rollout_parts("3-2-a1"), rollout_parts("custom-id")
+        ((3, 2, 1), (None, None, 0))
+    """
+    parts = split_attempt(rollout_id)
+    match = _PAIR.match(parts.base)
+    if match is None:
+        return None, None, parts.attempt
+    return int(match[1]), int(match[2]), parts.attempt
+
+
+def call_totals(calls: pl.DataFrame) -> pl.DataFrame:
+    """Per-rollout totals of a calls frame, with ``capture_core``'s null rules.
+
+    A token total is null when no call reported it; ``latency_total_ms`` sums the known
+    latencies and is rounded to 6 decimals like ``aggregate_model_call_records``.
+    """
+    known_sum = [
+        pl.when(pl.col(name).count() > 0).then(pl.col(name).sum()).alias(name)
+        for name in TOKEN_TOTALS
+    ]
+    return calls.group_by("rollout_id").agg(
+        pl.len().cast(pl.Int64).alias("num_calls"),
+        pl.col("error_category").is_not_null().sum().cast(pl.Int64).alias("num_errors"),
+        pl.col("num_tool_calls").sum().cast(pl.Int64),
+        *known_sum,
+        pl.when(pl.col("latency_total_ms").count() > 0)
+        .then(pl.col("latency_total_ms").sum().round(6))
+        .alias("latency_total_ms"),
+        pl.col("started_at").min(),
+        pl.col("completed_at").max(),
+    )
+
+
+def task_field_columns(
+    fields: Sequence[Mapping[str, Any]], taken: Sequence[str]
+) -> dict[str, pl.Series]:
+    """Extra columns from the rollout records' scalar fields, each with a declared dtype.
+
+    A field whose values are all booleans is Boolean, all integers Int64, all numbers Float64,
+    anything else String; a name already used by the frame gets a ``task_`` prefix.
+    """
+    names: dict[str, None] = {}
+    for row in fields:
+        names.update(dict.fromkeys(row))
+    columns: dict[str, pl.Series] = {}
+    for name in names:
+        values = [row.get(name) for row in fields]
+        dtype = _dtype(values)
+        if dtype == _STR:
+            values = [None if v is None else str(v) for v in values]
+        column = f"task_{name}" if name in taken else name
+        columns[column] = pl.Series(column, values, dtype=dtype, strict=False)
+    return columns
+
+
+def _dtype(values: Sequence[Any]) -> pl.DataType:
+    known = [v for v in values if v is not None]
+    if known and all(isinstance(v, bool) for v in known):
+        return _BOOL
+    if known and all(isinstance(v, int) and not isinstance(v, bool) for v in known):
+        return _INT
+    if known and all(isinstance(v, int | float) and not isinstance(v, bool) for v in known):
+        return _FLOAT
+    return _STR

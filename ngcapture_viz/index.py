@@ -1,0 +1,465 @@
+"""The sidecar index: call rows of a capture directory in Parquet, refreshed incrementally.
+
+The index lives in ``<capture_dir>/.ngcapture-index/`` (or, when the store is read-only, in the
+user cache directory). It holds the call, tool-call and damaged-line rows of every capture file
+and, per file, how far it was read (``consumed``, always a line boundary), its size, inode,
+modification time and two short hashes of the read prefix. A refresh then does the least work
+that stays exact:
+
+* file unchanged (inode, size, mtime)        → rows reused, nothing read;
+* file grew and the read prefix still hashes  → only the appended bytes are parsed;
+* file shrank, was replaced or rewritten      → the file is read again from the start;
+* file gone                                   → its rows are dropped.
+
+Deleting the index is harmless: the next open rebuilds it. A cold build spreads files over a
+process pool, one worker per core.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from importlib import metadata
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+import polars as pl
+
+from capture_core import DATA_SUFFIX, MARKER_SUFFIX, is_valid_rollout_id
+from ngcapture_viz._progress import progress_bar
+from ngcapture_viz._scan import FileState, FileTask, ScanResult, scan_files
+from ngcapture_viz.exceptions import CaptureIndexError, SourceError
+from ngcapture_viz.frames.calls import CALLS
+from ngcapture_viz.frames.gaps import GAPS
+from ngcapture_viz.frames.tool_calls import TOOL_CALLS
+
+__all__ = ["INDEX_DIR_NAME", "CaptureIndex", "DirListing", "IndexStats", "default_cache_dir"]
+
+INDEX_DIR_NAME: Final = ".ngcapture-index"
+FORMAT: Final = 1
+#: Below this many bytes to parse, a process pool costs more than it saves.
+PARALLEL_MIN_BYTES: Final = 24 * 1024 * 1024
+_TABLES: Final = ("files", "calls", "tool_calls", "damaged")
+_FILE_SCHEMA: Final = pl.Schema(
+    {
+        "name": pl.String(),
+        "rollout_id": pl.String(),
+        "size": pl.Int64(),
+        "mtime_ns": pl.Int64(),
+        "inode": pl.Int64(),
+        "consumed": pl.Int64(),
+        "next_call_index": pl.Int64(),
+        "next_line": pl.Int64(),
+        "head_hash": pl.String(),
+        "tail_hash": pl.String(),
+    }
+)
+
+
+def default_cache_dir() -> Path:
+    """Where indexes of read-only stores go: ``$NGCAPTURE_CACHE_DIR``, else the XDG cache."""
+    explicit = os.environ.get("NGCAPTURE_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "ngcapture" / "index"
+
+
+@dataclass
+class IndexStats:
+    """What one refresh did. ``bytes_parsed`` counts capture bytes actually parsed."""
+
+    location: Path
+    files: int = 0
+    reused: int = 0
+    appended: int = 0
+    reread: int = 0
+    new: int = 0
+    removed: int = 0
+    bytes_parsed: int = 0
+    workers: int = 1
+
+
+@dataclass
+class DirListing:
+    """The entries of a capture directory, sorted into what they are."""
+
+    data: dict[str, str] = field(default_factory=dict)  # rollout_id -> file name
+    markers: set[str] = field(default_factory=set)  # rollout ids marked incomplete
+    pending: list[tuple[str, str]] = field(default_factory=list)  # (rollout_id, model_call_id)
+    foreign: list[str] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, root: Path) -> DirListing:
+        try:
+            names = os.listdir(root)
+        except FileNotFoundError:
+            raise SourceError(f"capture directory {str(root)!r} does not exist") from None
+        except NotADirectoryError:
+            raise SourceError(f"capture directory {str(root)!r} is not a directory") from None
+        except OSError as exc:
+            raise SourceError(f"capture directory {str(root)!r}: {exc.strerror}") from None
+        listing = cls()
+        for name in sorted(names):
+            if name.startswith("."):
+                continue  # tool-owned: .pending, .cleared, the index...
+            stem = name.removesuffix(DATA_SUFFIX)
+            if stem != name and is_valid_rollout_id(stem) and _is_file(root / name):
+                listing.data[stem] = name
+                continue
+            stem = name.removesuffix(MARKER_SUFFIX)
+            if stem != name and is_valid_rollout_id(stem):
+                listing.markers.add(stem)
+                continue
+            listing.foreign.append(name)
+        with contextlib.suppress(OSError):
+            for name in sorted(os.listdir(root / ".pending")):
+                rollout_id, sep, call_id = name.partition("@")
+                if sep:
+                    listing.pending.append((rollout_id, call_id))
+        return listing
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file() and not path.is_symlink()
+    except OSError:
+        return False
+
+
+class CaptureIndex:
+    """The index of one capture directory.
+
+    Example:
+        >>> index = CaptureIndex("/abs/results/model-calls")  # doctest: +SKIP
+        >>> stats = index.refresh()  # doctest: +SKIP
+        >>> index.calls.height, stats.bytes_parsed  # doctest: +SKIP
+        (47146, 0)
+    """
+
+    def __init__(
+        self,
+        capture_dir: str | os.PathLike[str],
+        *,
+        index_dir: str | os.PathLike[str] | None = None,
+        workers: int | None = None,
+    ) -> None:
+        self.root = Path(capture_dir).absolute()
+        self._explicit = Path(index_dir).absolute() if index_dir is not None else None
+        self.workers = workers if workers is not None else (os.cpu_count() or 1)
+        self.files = pl.DataFrame(schema=_FILE_SCHEMA)
+        self.calls = CALLS.empty()
+        self.tool_calls = TOOL_CALLS.empty()
+        self.damaged = GAPS.empty()
+        self.unreadable: list[tuple[str, str]] = []
+        self.listing = DirListing()
+
+    def __repr__(self) -> str:
+        return f"CaptureIndex({str(self.root)!r})"
+
+    # -- location -------------------------------------------------------------------------
+
+    def candidates(self) -> list[Path]:
+        """Where the index may live, in order of preference."""
+        if self._explicit is not None:
+            return [self._explicit]
+        key = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:20]
+        return [self.root / INDEX_DIR_NAME, default_cache_dir() / key]
+
+    def location(self) -> Path | None:
+        """The directory of the existing index, if any."""
+        for place in self.candidates():
+            if (place / "meta.json").is_file():
+                return place
+        return None
+
+    # -- refresh --------------------------------------------------------------------------
+
+    def refresh(self, *, progress: bool | None = None, write: bool = True) -> IndexStats:
+        """Bring the rows up to date with the directory and save the index.
+
+        Args:
+            progress: show a progress bar (default: only in a terminal, never in notebooks).
+            write: save the refreshed index (``False`` keeps it in memory only).
+        """
+        self.listing = DirListing.read(self.root)
+        old = self._load()
+        stats = IndexStats(location=self.location() or self.candidates()[0])
+        tasks, keep = self._plan(old, stats)
+        result = self._run(tasks, stats, progress=progress)
+        self._merge(old, keep, result)
+        stats.files = len(self.listing.data)
+        stats.bytes_parsed = result.bytes_parsed
+        if write and (tasks or stats.removed or old is None):
+            stats.location = self._save()
+        return stats
+
+    def _plan(self, old: _Tables | None, stats: IndexStats) -> tuple[list[FileTask], set[str]]:
+        """Decide per file: reuse, append or re-read. Returns the tasks and the names kept."""
+        previous: dict[str, dict[str, Any]] = {}
+        if old is not None:
+            previous = {row["name"]: row for row in old.files.iter_rows(named=True)}
+        tasks: list[FileTask] = []
+        keep: set[str] = set()  # files whose rows before ``consumed`` stay
+        for rollout_id, name in self.listing.data.items():
+            path = self.root / name
+            row = previous.get(name)
+            try:
+                stat = path.stat()
+            except OSError:
+                tasks.append(FileTask(str(path), name, rollout_id))
+                continue
+            if row is None:
+                stats.new += 1
+                tasks.append(FileTask(str(path), name, rollout_id))
+            elif (stat.st_ino, stat.st_size, stat.st_mtime_ns) == (
+                row["inode"],
+                row["size"],
+                row["mtime_ns"],
+            ) and row["consumed"] == row["size"]:
+                stats.reused += 1
+                keep.add(name)
+            elif (
+                stat.st_ino == row["inode"]
+                and stat.st_size >= row["consumed"]
+                and (stat.st_size > row["size"] or stat.st_mtime_ns == row["mtime_ns"])
+                and _prefix_matches(path, row)
+            ):
+                stats.appended += 1
+                keep.add(name)
+                tasks.append(
+                    FileTask(
+                        str(path),
+                        name,
+                        rollout_id,
+                        start=row["consumed"],
+                        call_index=row["next_call_index"],
+                        line=row["next_line"],
+                    )
+                )
+            else:
+                stats.reread += 1
+                tasks.append(FileTask(str(path), name, rollout_id))
+        stats.removed = len(set(previous) - set(self.listing.data.values()))
+        return tasks, keep
+
+    def _run(
+        self, tasks: list[FileTask], stats: IndexStats, *, progress: bool | None
+    ) -> ScanResult:
+        sizes = [_remaining(task) for task in tasks]
+        total = sum(sizes)
+        workers = min(self.workers, len(tasks))
+        if workers <= 1 or total < PARALLEL_MIN_BYTES:
+            with progress_bar(total, "indexing", enabled=progress and total > 0) as bar:
+                result = scan_files(tasks)
+                bar.update(total)
+            return result
+        stats.workers = workers
+        chunks = _balance(tasks, sizes, parts=workers * 4)
+        parts: list[ScanResult] = []
+        context = get_context("spawn")
+        with (
+            progress_bar(total, "indexing", enabled=progress) as bar,
+            ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool,
+        ):
+            futures = {pool.submit(scan_files, chunk): chunk for chunk in chunks}
+            for future in as_completed(futures):
+                parts.append(future.result())
+                bar.update(sum(_remaining(task) for task in futures[future]))
+        return ScanResult(
+            pl.concat([p.calls for p in parts], how="vertical"),
+            pl.concat([p.tool_calls for p in parts], how="vertical"),
+            pl.concat([p.damaged for p in parts], how="vertical"),
+            states=[s for p in parts for s in p.states],
+            unreadable=[u for p in parts for u in p.unreadable],
+            bytes_parsed=sum(p.bytes_parsed for p in parts),
+        )
+
+    def _merge(self, old: _Tables | None, keep: set[str], result: ScanResult) -> None:
+        """Kept rows (before each kept file's ``consumed``) + freshly parsed rows, sorted."""
+        fresh_states = pl.DataFrame(
+            [_state_dict(s) for s in result.states], schema=_FILE_SCHEMA, orient="row"
+        )
+        if old is None or not keep:
+            kept_files = pl.DataFrame(schema=_FILE_SCHEMA)
+            kept = (CALLS.empty(), TOOL_CALLS.empty(), GAPS.empty())
+        else:
+            kept_files = old.files.filter(pl.col("name").is_in(list(keep)))
+            boundary = kept_files.select("name", "consumed")
+            kept = (
+                _keep_rows(old.calls, boundary, "byte_offset"),
+                _keep_tool_rows(old.tool_calls, old.calls, boundary),
+                _keep_rows(old.damaged, boundary, "byte_offset"),
+            )
+            kept_files = kept_files.filter(~pl.col("name").is_in([s.name for s in result.states]))
+        fresh = (
+            _relative(result.calls, self.root),
+            result.tool_calls,
+            _relative(result.damaged, self.root),
+        )
+        self.files = pl.concat([kept_files, fresh_states]).sort("name")
+        self.calls = pl.concat([kept[0], fresh[0]]).sort("path", "call_index")
+        self.tool_calls = pl.concat([kept[1], fresh[1]]).sort(
+            "rollout_id", "call_index", "tool_index"
+        )
+        self.damaged = pl.concat([kept[2], fresh[2]]).sort("path", "call_index")
+        self.unreadable = result.unreadable
+
+    # -- persistence ----------------------------------------------------------------------
+
+    def _load(self) -> _Tables | None:
+        place = self.location()
+        if place is None:
+            return None
+        try:
+            meta = orjson.loads((place / "meta.json").read_bytes())
+            if meta.get("format") != FORMAT or meta.get("version") != _version():
+                return None
+            generation = meta["generation"]
+            frames = {t: pl.read_parquet(place / f"{t}-{generation}.parquet") for t in _TABLES}
+            return _Tables(
+                files=frames["files"].cast(dict(_FILE_SCHEMA)),  # type: ignore[arg-type]
+                calls=CALLS.conform(frames["calls"]),
+                tool_calls=TOOL_CALLS.conform(frames["tool_calls"]),
+                damaged=GAPS.conform(frames["damaged"]),
+            )
+        except (OSError, ValueError, KeyError, pl.exceptions.PolarsError):
+            return None  # unreadable or half-deleted index: rebuild
+
+    def _save(self) -> Path:
+        errors: list[str] = []
+        for place in self.candidates():
+            try:
+                self._write(place)
+            except OSError as exc:
+                errors.append(f"{place}: {exc.strerror or exc}")
+                continue
+            return place
+        raise CaptureIndexError("could not write the index: " + "; ".join(errors))
+
+    def _write(self, place: Path) -> None:
+        place.mkdir(parents=True, exist_ok=True)
+        with _locked(place / "lock"):
+            generation = uuid.uuid4().hex[:12]
+            tables = {
+                "files": self.files,
+                "calls": self.calls,
+                "tool_calls": self.tool_calls,
+                "damaged": self.damaged,
+            }
+            for table, frame in tables.items():
+                frame.write_parquet(place / f"{table}-{generation}.parquet", compression="zstd")
+            meta = {"format": FORMAT, "version": _version(), "generation": generation}
+            temporary = place / f"meta.json.{generation}"
+            temporary.write_bytes(orjson.dumps(meta))
+            os.replace(temporary, place / "meta.json")
+            for stale in place.iterdir():
+                if stale.suffix == ".parquet" and not stale.stem.endswith(generation):
+                    with contextlib.suppress(OSError):
+                        stale.unlink()
+
+    def frames_with_paths(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The calls and damaged rows with absolute ``path`` values."""
+        prefix = str(self.root) + os.sep
+        absolute = pl.concat_str([pl.lit(prefix), pl.col("path")]).alias("path")
+        return (
+            self.calls.with_columns(absolute),
+            self.damaged.with_columns(absolute),
+        )
+
+
+@dataclass
+class _Tables:
+    files: pl.DataFrame
+    calls: pl.DataFrame
+    tool_calls: pl.DataFrame
+    damaged: pl.DataFrame
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("ngcapture")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0"
+
+
+def _prefix_matches(path: Path, row: dict[str, Any]) -> bool:
+    from ngcapture_viz._scan import _PROBE, fingerprint
+
+    consumed = row["consumed"]
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        return bool(
+            fingerprint(fd, 0, min(_PROBE, consumed)) == row["head_hash"]
+            and fingerprint(fd, max(0, consumed - _PROBE), consumed) == row["tail_hash"]
+        )
+    finally:
+        os.close(fd)
+
+
+def _remaining(task: FileTask) -> int:
+    try:
+        return max(0, os.stat(task.path).st_size - task.start)
+    except OSError:
+        return 0
+
+
+def _balance(tasks: list[FileTask], sizes: list[int], *, parts: int) -> list[list[FileTask]]:
+    """Split tasks into about ``parts`` chunks of similar byte counts, biggest first."""
+    target = max(1, sum(sizes) // parts)
+    chunks: list[list[FileTask]] = []
+    current: list[FileTask] = []
+    weight = 0
+    for task, size in zip(tasks, sizes, strict=True):
+        current.append(task)
+        weight += size
+        if weight >= target:
+            chunks.append(current)
+            current, weight = [], 0
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _state_dict(state: FileState) -> dict[str, Any]:
+    return {name: getattr(state, name) for name in _FILE_SCHEMA.names()}
+
+
+def _relative(frame: pl.DataFrame, root: Path) -> pl.DataFrame:
+    prefix = str(root) + os.sep
+    return frame.with_columns(pl.col("path").str.strip_prefix(prefix))
+
+
+def _keep_rows(frame: pl.DataFrame, boundary: pl.DataFrame, column: str) -> pl.DataFrame:
+    """Rows of kept files that lie before the file's ``consumed`` offset."""
+    joined = frame.join(boundary, left_on="path", right_on="name", how="inner")
+    return joined.filter(pl.col(column) < pl.col("consumed")).drop("consumed")
+
+
+def _keep_tool_rows(
+    tools: pl.DataFrame, calls: pl.DataFrame, boundary: pl.DataFrame
+) -> pl.DataFrame:
+    """Tool rows whose call is kept."""
+    kept_calls = _keep_rows(calls, boundary, "byte_offset").select("rollout_id", "call_index")
+    return tools.join(kept_calls, on=["rollout_id", "call_index"], how="semi")
