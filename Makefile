@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+CHROMIUM := /usr/bin/chromium
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench clean chromium kernel
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,6 +16,14 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m capture_core.demo --out results/demo
 
+# The browser test drives Debian's chromium (never playwright's own browser downloads).
+chromium:
+	test -x $(CHROMIUM) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium)
+
+# The notebook tests run a real Jupyter kernel: register the venv's interpreter as `python3`.
+kernel: $(STAMP)
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 > /dev/null
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -22,10 +31,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: $(STAMP) chromium kernel
 	$(BIN)/pytest
 
-test: lint typecheck unit
+test: chromium kernel lint typecheck unit
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks

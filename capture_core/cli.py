@@ -4,7 +4,8 @@
 model server in front of an upstream worker. Both listen on loopback by default, print the URL
 they listen on (``--port 0`` picks a free port) and stop cleanly on SIGINT/SIGTERM.
 ``ngcapture collect`` runs rollouts of a task file through a capture server and writes one
-record per rollout with its ``ng_model_call_capture`` attachment.
+record per rollout with its ``ng_model_call_capture`` attachment. The analysis commands
+(``index``, ``report``, ``diff``, ``export-wandb``) are handed to ``ngcapture_viz.cli``.
 """
 
 from __future__ import annotations
@@ -160,8 +161,16 @@ def _collect(args: argparse.Namespace) -> int:
     return 1 if summary.dispatched and not summary.ok else 0
 
 
+_ANALYSIS_COMMANDS = frozenset({"index", "report", "diff", "export-wandb"})
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ngcapture", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="ngcapture",
+        description=__doc__.splitlines()[0],
+        epilog="Analysis commands (see `ngcapture <command> --help`): index, report, diff, "
+        "export-wandb.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     def listen(command: argparse.ArgumentParser, default_port: int) -> None:
@@ -215,6 +224,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ngcapture`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in _ANALYSIS_COMMANDS:
+        # The analysis commands live with the analysis package (Polars, Plotly...).
+        from ngcapture_viz.cli import main as analysis_main
+
+        return analysis_main(argv)
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     result: int = args.handler(args)

@@ -292,6 +292,30 @@ def _reload_check(folders: Sequence[Path]) -> None:
         print(f"{folder.name}: {len(ids)} rollouts and {calls} calls read back from {store.root}")
 
 
+def _analyse(folders: Sequence[Path]) -> list[Path]:
+    """Open the checkpoints with the analysis package: print their diff, write the reports."""
+    from ngcapture_viz.diff import diff
+    from ngcapture_viz.report import write_report
+    from ngcapture_viz.run import open_run
+
+    runs = [
+        open_run(folder / "model-calls", folder / "rollouts.jsonl", label=folder.name)
+        for folder in folders
+    ]
+    written: list[Path] = []
+    comparison = None
+    if len(runs) >= 2:
+        comparison = diff(runs[0], runs[1])
+        print(f"\n== {runs[1].label} vs {runs[0].label}\n{comparison}\n")
+        table = folders[-1].parent / f"diff-{runs[0].label}-{runs[1].label}.csv"
+        comparison.frame.write_csv(table)
+        written.append(table)
+    for n, (folder, run) in enumerate(zip(folders, runs, strict=True)):
+        last = n == len(runs) - 1
+        written.append(write_report(run, folder / "report.html", diff=comparison if last else None))
+    return written
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--out", type=Path, default=Path("results/demo"))
@@ -307,9 +331,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.offline and not args.calls:
         folders = run_checkpoints(out, tasks=args.tasks)
         _reload_check(folders)
+        reports = _analyse(folders)
         print(f"\nResults are in {out}:")
         for folder in folders:
             print(f"  {folder / 'rollouts.jsonl'}\n  {folder / 'model-calls'}")
+        for report in reports:
+            print(f"  {report}")
         return 0
     root = out / "model-calls"
     store = write_demo_store(root) if args.offline else run_live(root)

@@ -10,6 +10,7 @@ raise: they give ``None`` or empty values. A line whose own fields have the wron
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -18,7 +19,7 @@ from capture_core.dialects import extract_response
 from capture_core.exceptions import InvalidRecordError
 from capture_core.records import ModelCallRecord, RawCaptureLine, utc_from_unix
 
-__all__ = ["normalize_line", "validate_raw_line"]
+__all__ = ["normalize_line", "record_fields", "validate_raw_line"]
 
 
 def validate_raw_line(data: object) -> RawCaptureLine:
@@ -52,6 +53,14 @@ def normalize_line(data: object, call_index: int) -> ModelCallRecord:
 
 def record_from_raw(raw: RawCaptureLine, call_index: int) -> ModelCallRecord:
     """Derive the record of an already validated raw line."""
+    return ModelCallRecord.model_construct(**record_fields(raw, call_index))
+
+
+def record_fields(raw: RawCaptureLine, call_index: int) -> dict[str, Any]:
+    """The field values of the record of ``raw``, as a dict (what ``record_from_raw`` builds).
+
+    Bulk readers that turn lines into columns use this directly and skip building the model.
+    """
     facts = extract_response(raw.dialect, raw.response)
     request = raw.request
     model = facts.model
@@ -61,38 +70,38 @@ def record_from_raw(raw: RawCaptureLine, call_index: int) -> ModelCallRecord:
     # The APIs default to non-streaming, so a request without ``stream`` did not stream.
     stream = None if request is None else request.get("stream", False) is True
     tokens = facts.tokens
-    return ModelCallRecord.model_construct(
-        model_call_id=raw.model_call_id,
-        response_id=facts.response_id,
-        call_index=call_index,
-        model_ref=raw.model_ref,
-        model=model,
-        dialect=raw.dialect,
-        stream=stream,
-        status_code=raw.status_code,
-        response_status=facts.response_status,
-        finish_reason=facts.finish_reason,
-        started_at=_timestamp(raw.started_at),
-        completed_at=_timestamp(raw.completed_at),
-        tokens_in=tokens.tokens_in,
-        tokens_out=tokens.tokens_out,
-        tokens_reasoning=tokens.tokens_reasoning,
-        tokens_total=tokens.tokens_total,
-        request=request,
-        response=raw.response,
-        request_raw=raw.request_raw,
-        response_raw=raw.response_raw,
-        tool_calls=list(facts.tool_calls),
-        reasoning_content=facts.reasoning,
-        cache_hit=None if tokens.cached_tokens is None else tokens.cached_tokens > 0,
-        cached_tokens=tokens.cached_tokens,
-        cache_creation_tokens=tokens.cache_creation_tokens,
-        error_category=raw.error_category,
-        error_code=facts.error_code,
-        error_message=facts.error_message,
-        latency_total_ms=raw.latency_ms,
-        latency_ttft_ms=raw.latency_ttft_ms,
-    )
+    return {
+        "model_call_id": raw.model_call_id,
+        "response_id": facts.response_id,
+        "call_index": call_index,
+        "model_ref": raw.model_ref,
+        "model": model,
+        "dialect": raw.dialect,
+        "stream": stream,
+        "status_code": raw.status_code,
+        "response_status": facts.response_status,
+        "finish_reason": facts.finish_reason,
+        "started_at": _timestamp(raw.started_at),
+        "completed_at": _timestamp(raw.completed_at),
+        "tokens_in": tokens.tokens_in,
+        "tokens_out": tokens.tokens_out,
+        "tokens_reasoning": tokens.tokens_reasoning,
+        "tokens_total": tokens.tokens_total,
+        "request": request,
+        "response": raw.response,
+        "request_raw": raw.request_raw,
+        "response_raw": raw.response_raw,
+        "tool_calls": list(facts.tool_calls),
+        "reasoning_content": facts.reasoning,
+        "cache_hit": None if tokens.cached_tokens is None else tokens.cached_tokens > 0,
+        "cached_tokens": tokens.cached_tokens,
+        "cache_creation_tokens": tokens.cache_creation_tokens,
+        "error_category": raw.error_category,
+        "error_code": facts.error_code,
+        "error_message": facts.error_message,
+        "latency_total_ms": raw.latency_ms,
+        "latency_ttft_ms": raw.latency_ttft_ms,
+    }
 
 
 def _timestamp(value: float | None) -> datetime | None:

@@ -13,6 +13,8 @@ Open a run and explore it::
 Null always means unknown, never zero.
 """
 
+from ngcapture_viz.dashboard import Dashboard, dashboard
+from ngcapture_viz.diff import CheckpointDiff, assert_no_regression, diff
 from ngcapture_viz.exceptions import (
     CaptureIndexError,
     DamagedSourceError,
@@ -23,6 +25,7 @@ from ngcapture_viz.exceptions import (
     SourceError,
     VizError,
 )
+from ngcapture_viz.export import payload_free_tables, summary_metrics, to_parquet
 from ngcapture_viz.frames import (
     CALLS,
     GAP_MEANINGS,
@@ -34,7 +37,9 @@ from ngcapture_viz.frames import (
     FrameSchema,
     gap_meaning,
 )
+from ngcapture_viz.gap_report import GapReport, gap_report
 from ngcapture_viz.index import CaptureIndex, IndexStats
+from ngcapture_viz.report import TimelinePicks, pick_timelines, render_report, write_report
 from ngcapture_viz.run import (
     CaptureRun,
     calls_df,
@@ -45,6 +50,10 @@ from ngcapture_viz.run import (
     stack_runs,
     tool_calls_df,
 )
+from ngcapture_viz.stats import error_rates, latency_percentiles, throughput_summary, token_summary
+from ngcapture_viz.timeline import assign_lanes, timeline
+from ngcapture_viz.wandb_export import ExportResult, export_to_wandb
+from ngcapture_viz.widget import CaptureDashboard
 
 __all__ = [
     "CALLS",
@@ -53,25 +62,48 @@ __all__ = [
     "ROLLOUTS",
     "TOOL_CALLS",
     "AnalysisGap",
+    "CaptureDashboard",
     "CaptureIndex",
     "CaptureIndexError",
     "CaptureRun",
+    "CheckpointDiff",
     "Column",
     "DamagedSourceError",
+    "Dashboard",
     "ExportError",
+    "ExportResult",
     "FrameSchema",
+    "GapReport",
     "IndexStats",
     "MissingExtraError",
     "PayloadUnavailableError",
     "RegressionError",
     "SourceError",
+    "TimelinePicks",
     "VizError",
+    "assert_no_regression",
+    "assign_lanes",
     "calls_df",
+    "dashboard",
+    "diff",
+    "error_rates",
+    "export_to_wandb",
     "gap_meaning",
+    "gap_report",
     "gaps_df",
+    "latency_percentiles",
     "open_run",
     "open_runs",
+    "payload_free_tables",
+    "pick_timelines",
+    "render_report",
     "rollouts_df",
     "stack_runs",
+    "summary_metrics",
+    "throughput_summary",
+    "timeline",
+    "to_parquet",
+    "token_summary",
     "tool_calls_df",
+    "write_report",
 ]

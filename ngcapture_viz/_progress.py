@@ -40,7 +40,7 @@ def progress_bar(total: int, desc: str, *, enabled: bool | None) -> Iterator[Pro
     if not enabled:
         yield _Silent()
         return
-    from tqdm.auto import tqdm  # type: ignore[import-untyped]
+    from tqdm.auto import tqdm
 
     with tqdm(total=total, desc=desc, unit="B", unit_scale=True, leave=False) as bar:
         yield bar

@@ -18,15 +18,15 @@ import polars as pl
 
 from capture_core import (
     InvalidRecordError,
-    normalize_line,
     parse_capture,
     paused_gc,
 )
+from capture_core.normalize import record_fields, validate_raw_line
 from ngcapture_viz.frames.calls import CallColumns
 from ngcapture_viz.frames.gaps import AnalysisGap, GapRows
 from ngcapture_viz.frames.tool_calls import ToolCallColumns
 
-__all__ = ["FileState", "FileTask", "ScanResult", "fingerprint", "scan_files"]
+__all__ = ["RACY_NS", "FileState", "FileTask", "ScanResult", "fingerprint", "is_racy", "scan_files"]
 
 #: Bytes hashed at the head and at the end of the indexed prefix to notice rewrites.
 _PROBE: Final = 4096
@@ -50,6 +50,8 @@ class FileState:
     next_line: int
     head_hash: str
     tail_hash: str
+    scanned_ns: int = 0
+    full_hash: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,7 @@ class FileTask:
     start: int = 0
     call_index: int = 0
     line: int = 1
+    scan_ns: int = 0
 
 
 @dataclass
@@ -72,12 +75,22 @@ class ScanResult:
     states: list[FileState] = field(default_factory=list)
     unreadable: list[tuple[str, str]] = field(default_factory=list)
     bytes_parsed: int = 0
+    processes: int = 1
 
 
 def fingerprint(fd: int, start: int, end: int) -> str:
     """A short hash of bytes ``[start, end)`` of an open file."""
     data = os.pread(fd, max(0, end - start), start) if end > start else b""
     return hashlib.blake2b(data, digest_size=12).hexdigest()
+
+
+#: Modification times this close to a scan are not trusted to reveal a later rewrite.
+RACY_NS: Final = 2_000_000_000
+
+
+def is_racy(mtime_ns: int, scan_ns: int) -> bool:
+    """Whether a file modified at ``mtime_ns`` could change again without its mtime moving."""
+    return mtime_ns >= scan_ns - RACY_NS
 
 
 def scan_files(tasks: list[FileTask]) -> ScanResult:
@@ -118,6 +131,9 @@ def _scan_one(
         consumed = task.start + last_newline + 1
         head = fingerprint(fd, 0, min(_PROBE, consumed))
         tail = fingerprint(fd, max(0, consumed - _PROBE), consumed)
+        # A file modified close to the scan may be rewritten again within the same mtime tick
+        # (same size, same mtime): keep a hash of all of it so the next refresh can tell.
+        full = fingerprint(fd, 0, consumed) if is_racy(stat.st_mtime_ns, task.scan_ns) else None
     finally:
         os.close(fd)
     path = Path(task.path)
@@ -130,14 +146,14 @@ def _scan_one(
         if offset < consumed:
             next_call_index = max(next_call_index, call_index + 1)
         try:
-            record = normalize_line(entry.data, call_index)
+            fields = record_fields(validate_raw_line(entry.data), call_index)
         except InvalidRecordError as exc:
             _add_damage(
                 damaged, task, exc.reason, call_index=call_index, line=line_number, offset=offset
             )
             continue
         calls.add(
-            record,
+            fields,
             rollout_id=task.rollout_id,
             source="store",
             path=task.path,
@@ -145,7 +161,7 @@ def _scan_one(
             byte_offset=offset,
             line_bytes=entry.length,
         )
-        tools.add(record, rollout_id=task.rollout_id, source="store")
+        tools.add(fields, rollout_id=task.rollout_id, source="store")
     for line in bad:
         offset = task.start + line.byte_offset
         call_index = task.call_index + line.call_index
@@ -165,6 +181,8 @@ def _scan_one(
         next_line=next_line,
         head_hash=head,
         tail_hash=tail,
+        scanned_ns=task.scan_ns,
+        full_hash=full,
     )
     return state, len(content)
 

@@ -21,21 +21,30 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import time
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from importlib import metadata
-from multiprocessing import get_context
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any, Final
 
 import orjson
 import polars as pl
 
 from capture_core import DATA_SUFFIX, MARKER_SUFFIX, is_valid_rollout_id
+from ngcapture_viz._pool import scan_parallel
 from ngcapture_viz._progress import progress_bar
-from ngcapture_viz._scan import FileState, FileTask, ScanResult, scan_files
+from ngcapture_viz._scan import (
+    _PROBE,
+    RACY_NS,
+    FileState,
+    FileTask,
+    ScanResult,
+    fingerprint,
+    scan_files,
+)
 from ngcapture_viz.exceptions import CaptureIndexError, SourceError
 from ngcapture_viz.frames.calls import CALLS
 from ngcapture_viz.frames.gaps import GAPS
@@ -44,7 +53,7 @@ from ngcapture_viz.frames.tool_calls import TOOL_CALLS
 __all__ = ["INDEX_DIR_NAME", "CaptureIndex", "DirListing", "IndexStats", "default_cache_dir"]
 
 INDEX_DIR_NAME: Final = ".ngcapture-index"
-FORMAT: Final = 1
+FORMAT: Final = 2
 #: Below this many bytes to parse, a process pool costs more than it saves.
 PARALLEL_MIN_BYTES: Final = 24 * 1024 * 1024
 _TABLES: Final = ("files", "calls", "tool_calls", "damaged")
@@ -60,6 +69,8 @@ _FILE_SCHEMA: Final = pl.Schema(
         "next_line": pl.Int64(),
         "head_hash": pl.String(),
         "tail_hash": pl.String(),
+        "scanned_ns": pl.Int64(),
+        "full_hash": pl.String(),
     }
 )
 
@@ -96,11 +107,13 @@ class DirListing:
     markers: set[str] = field(default_factory=set)  # rollout ids marked incomplete
     pending: list[tuple[str, str]] = field(default_factory=list)  # (rollout_id, model_call_id)
     foreign: list[str] = field(default_factory=list)
+    stats: dict[str, os.stat_result] = field(default_factory=dict)  # data file name -> lstat
 
     @classmethod
     def read(cls, root: Path) -> DirListing:
         try:
-            names = os.listdir(root)
+            with os.scandir(root) as scan:
+                entries = sorted(scan, key=lambda entry: entry.name)
         except FileNotFoundError:
             raise SourceError(f"capture directory {str(root)!r} does not exist") from None
         except NotADirectoryError:
@@ -108,13 +121,21 @@ class DirListing:
         except OSError as exc:
             raise SourceError(f"capture directory {str(root)!r}: {exc.strerror}") from None
         listing = cls()
-        for name in sorted(names):
+        for entry in entries:
+            name = entry.name
             if name.startswith("."):
                 continue  # tool-owned: .pending, .cleared, the index...
             stem = name.removesuffix(DATA_SUFFIX)
-            if stem != name and is_valid_rollout_id(stem) and _is_file(root / name):
-                listing.data[stem] = name
-                continue
+            if stem != name and is_valid_rollout_id(stem):
+                try:
+                    stat = entry.stat(follow_symlinks=False)
+                except OSError:
+                    stat = None
+                if stat is None or S_ISREG(stat.st_mode):
+                    listing.data[stem] = name
+                    if stat is not None:
+                        listing.stats[name] = stat
+                    continue
             stem = name.removesuffix(MARKER_SUFFIX)
             if stem != name and is_valid_rollout_id(stem):
                 listing.markers.add(stem)
@@ -126,13 +147,6 @@ class DirListing:
                 if sep:
                     listing.pending.append((rollout_id, call_id))
         return listing
-
-
-def _is_file(path: Path) -> bool:
-    try:
-        return path.is_file() and not path.is_symlink()
-    except OSError:
-        return False
 
 
 class CaptureIndex:
@@ -183,50 +197,95 @@ class CaptureIndex:
 
     # -- refresh --------------------------------------------------------------------------
 
-    def refresh(self, *, progress: bool | None = None, write: bool = True) -> IndexStats:
+    def refresh(
+        self, *, progress: bool | None = None, write: bool = True, reuse: bool = True
+    ) -> IndexStats:
         """Bring the rows up to date with the directory and save the index.
 
         Args:
             progress: show a progress bar (default: only in a terminal, never in notebooks).
             write: save the refreshed index (``False`` keeps it in memory only).
+            reuse: start from the saved index (``False`` parses every file again).
         """
+        scan_ns = time.time_ns()
         self.listing = DirListing.read(self.root)
-        old = self._load()
+        old = self._load() if reuse else None
         stats = IndexStats(location=self.location() or self.candidates()[0])
-        tasks, keep = self._plan(old, stats)
+        tasks, keep = self._plan(old, stats, scan_ns)
         result = self._run(tasks, stats, progress=progress)
-        self._merge(old, keep, result)
+        if old is not None and not tasks and not stats.removed:
+            self.files, self.calls = old.files, old.calls
+            self.tool_calls, self.damaged = old.tool_calls, old.damaged
+            self.unreadable = []
+        else:
+            self._merge(old, keep, result)
         stats.files = len(self.listing.data)
         stats.bytes_parsed = result.bytes_parsed
-        if write and (tasks or stats.removed or old is None):
+        # A torn tail is parsed again on every refresh; when no file moved on, the saved
+        # index is still right and rewriting every table would only cost time.
+        moved = (
+            old is None
+            or stats.removed > 0
+            or (bool(tasks) and not _same_states(old.files, self.files))
+        )
+        if write and moved:
             stats.location = self._save()
         return stats
 
-    def _plan(self, old: _Tables | None, stats: IndexStats) -> tuple[list[FileTask], set[str]]:
+    def _plan(
+        self, old: _Tables | None, stats: IndexStats, scan_ns: int
+    ) -> tuple[list[FileTask], set[str]]:
         """Decide per file: reuse, append or re-read. Returns the tasks and the names kept."""
+        listing = self.listing
+        names = list(listing.data.values())
+        keep: set[str] = set()  # files whose rows before ``consumed`` stay
         previous: dict[str, dict[str, Any]] = {}
         if old is not None:
-            previous = {row["name"]: row for row in old.files.iter_rows(named=True)}
+            # Vectorized first pass: most files are unchanged on a warm open.
+            current = pl.DataFrame(
+                {
+                    "name": names,
+                    "now_inode": [_stat(listing, n, "st_ino") for n in names],
+                    "now_size": [_stat(listing, n, "st_size") for n in names],
+                    "now_mtime": [_stat(listing, n, "st_mtime_ns") for n in names],
+                },
+                schema={
+                    "name": pl.String(),
+                    "now_inode": pl.Int64(),
+                    "now_size": pl.Int64(),
+                    "now_mtime": pl.Int64(),
+                },
+            )
+            joined = current.join(old.files, on="name", how="inner")
+            same = (
+                (pl.col("now_inode") == pl.col("inode"))
+                & (pl.col("now_size") == pl.col("size"))
+                & (pl.col("now_mtime") == pl.col("mtime_ns"))
+                & (pl.col("consumed") == pl.col("size"))
+            )
+            racy = pl.col("now_mtime") >= pl.col("scanned_ns") - RACY_NS
+            keep = set(joined.filter(same & ~racy)["name"].to_list())
+            # Unchanged-looking files modified near their scan: trust their content hash only.
+            for candidate in joined.filter(same & racy).iter_rows(named=True):
+                if _content_matches(self.root / candidate["name"], candidate):
+                    keep.add(candidate["name"])
+            stats.reused = len(keep)
+            changed = joined.filter(~pl.col("name").is_in(list(keep))).select(old.files.columns)
+            previous = {row["name"]: row for row in changed.iter_rows(named=True)}
+            stats.removed = old.files.height - joined.height
         tasks: list[FileTask] = []
-        keep: set[str] = set()  # files whose rows before ``consumed`` stay
-        for rollout_id, name in self.listing.data.items():
+        for rollout_id, name in listing.data.items():
+            if name in keep:
+                continue
             path = self.root / name
             row = previous.get(name)
-            try:
-                stat = path.stat()
-            except OSError:
-                tasks.append(FileTask(str(path), name, rollout_id))
+            stat = self.listing.stats.get(name)
+            if stat is None:  # could not be stat'ed: the scan reports why
+                tasks.append(FileTask(str(path), name, rollout_id, scan_ns=scan_ns))
                 continue
             if row is None:
                 stats.new += 1
-                tasks.append(FileTask(str(path), name, rollout_id))
-            elif (stat.st_ino, stat.st_size, stat.st_mtime_ns) == (
-                row["inode"],
-                row["size"],
-                row["mtime_ns"],
-            ) and row["consumed"] == row["size"]:
-                stats.reused += 1
-                keep.add(name)
+                tasks.append(FileTask(str(path), name, rollout_id, scan_ns=scan_ns))
             elif (
                 stat.st_ino == row["inode"]
                 and stat.st_size >= row["consumed"]
@@ -243,12 +302,12 @@ class CaptureIndex:
                         start=row["consumed"],
                         call_index=row["next_call_index"],
                         line=row["next_line"],
+                        scan_ns=scan_ns,
                     )
                 )
             else:
                 stats.reread += 1
-                tasks.append(FileTask(str(path), name, rollout_id))
-        stats.removed = len(set(previous) - set(self.listing.data.values()))
+                tasks.append(FileTask(str(path), name, rollout_id, scan_ns=scan_ns))
         return tasks, keep
 
     def _run(
@@ -262,26 +321,10 @@ class CaptureIndex:
                 result = scan_files(tasks)
                 bar.update(total)
             return result
-        stats.workers = workers
-        chunks = _balance(tasks, sizes, parts=workers * 4)
-        parts: list[ScanResult] = []
-        context = get_context("spawn")
-        with (
-            progress_bar(total, "indexing", enabled=progress) as bar,
-            ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool,
-        ):
-            futures = {pool.submit(scan_files, chunk): chunk for chunk in chunks}
-            for future in as_completed(futures):
-                parts.append(future.result())
-                bar.update(sum(_remaining(task) for task in futures[future]))
-        return ScanResult(
-            pl.concat([p.calls for p in parts], how="vertical"),
-            pl.concat([p.tool_calls for p in parts], how="vertical"),
-            pl.concat([p.damaged for p in parts], how="vertical"),
-            states=[s for p in parts for s in p.states],
-            unreadable=[u for p in parts for u in p.unreadable],
-            bytes_parsed=sum(p.bytes_parsed for p in parts),
-        )
+        with progress_bar(total, "indexing", enabled=progress) as bar:
+            result = scan_parallel(tasks, sizes, workers=workers, on_progress=bar.update)
+        stats.workers = result.processes
+        return result
 
     def _merge(self, old: _Tables | None, keep: set[str], result: ScanResult) -> None:
         """Kept rows (before each kept file's ``consumed``) + freshly parsed rows, sorted."""
@@ -401,9 +444,28 @@ def _version() -> str:
         return "0"
 
 
-def _prefix_matches(path: Path, row: dict[str, Any]) -> bool:
-    from ngcapture_viz._scan import _PROBE, fingerprint
+def _same_states(before: pl.DataFrame, after: pl.DataFrame) -> bool:
+    """Equal file states, ignoring when they were taken (keeping the older time is safe)."""
+    return before.drop("scanned_ns").equals(after.drop("scanned_ns"))
 
+
+def _content_matches(path: Path, row: dict[str, Any]) -> bool:
+    """Whether the file's read part still has the full hash recorded at its scan."""
+    if row["full_hash"] is None:
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        return bool(fingerprint(fd, 0, row["consumed"]) == row["full_hash"])
+    finally:
+        os.close(fd)
+
+
+def _prefix_matches(path: Path, row: dict[str, Any]) -> bool:
+    if row["full_hash"] is not None and not _content_matches(path, row):
+        return False
     consumed = row["consumed"]
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
@@ -418,28 +480,16 @@ def _prefix_matches(path: Path, row: dict[str, Any]) -> bool:
         os.close(fd)
 
 
+def _stat(listing: DirListing, name: str, field_name: str) -> int | None:
+    stat = listing.stats.get(name)
+    return None if stat is None else int(getattr(stat, field_name))
+
+
 def _remaining(task: FileTask) -> int:
     try:
         return max(0, os.stat(task.path).st_size - task.start)
     except OSError:
         return 0
-
-
-def _balance(tasks: list[FileTask], sizes: list[int], *, parts: int) -> list[list[FileTask]]:
-    """Split tasks into about ``parts`` chunks of similar byte counts, biggest first."""
-    target = max(1, sum(sizes) // parts)
-    chunks: list[list[FileTask]] = []
-    current: list[FileTask] = []
-    weight = 0
-    for task, size in zip(tasks, sizes, strict=True):
-        current.append(task)
-        weight += size
-        if weight >= target:
-            chunks.append(current)
-            current, weight = [], 0
-    if current:
-        chunks.append(current)
-    return chunks
 
 
 def _state_dict(state: FileState) -> dict[str, Any]:

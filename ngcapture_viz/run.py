@@ -260,7 +260,7 @@ class _RunBuilder:
         root = self.sources.capture_dir
         assert root is not None
         idx = CaptureIndex(root, index_dir=index_dir, workers=workers)
-        self.index_stats = idx.refresh(progress=progress, write=index)
+        self.index_stats = idx.refresh(progress=progress, write=index, reuse=index)
         calls, damaged = idx.frames_with_paths()
         self.store_calls = calls
         self.store_tools = idx.tool_calls
@@ -526,8 +526,9 @@ def _finish_rollouts(
         )
     )
     frame = (
-        base.join(totals, on="rollout_id", how="left")
-        .join(gap_counts, on="rollout_id", how="left")
+        # Row order must stay the base's: the task-field columns are attached by position.
+        base.join(totals, on="rollout_id", how="left", maintain_order="left")
+        .join(gap_counts, on="rollout_id", how="left", maintain_order="left")
         .with_columns(
             pl.col(
                 "num_calls", "num_errors", "num_tool_calls", "num_gaps", "num_damaged"

@@ -124,10 +124,10 @@ def _read_line(
             AnalysisGap.DUPLICATE_ROLLOUT,
             source="rollouts",
             rollout_id=rollout_id,
-            detail=f"first seen on line {seen[rollout_id]}; this later record is used",
+            detail=f"first seen on line {seen[rollout_id]}; the last record of this id is used",
             **where,
         )
-    seen[rollout_id] = number
+    seen.setdefault(rollout_id, number)  # keep the first line: the detail names it
     parts = split_attempt(rollout_id)
     source.records.append(
         RolloutRecord(

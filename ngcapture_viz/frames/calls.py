@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
 
@@ -101,11 +102,12 @@ def _micros(value: datetime | None) -> int | None:
 _UTC_EPOCH: Final = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
 
 
-def _rate(record: ModelCallRecord) -> float | None:
-    tokens, latency, ttft = record.tokens_out, record.latency_total_ms, record.latency_ttft_ms
+def _rate(
+    tokens: int | None, latency: float | None, ttft: float | None, stream: bool | None
+) -> float | None:
     if tokens is None or latency is None:
         return None
-    seconds = (latency - ttft if record.stream and ttft is not None else latency) / 1000
+    seconds = (latency - ttft if stream and ttft is not None else latency) / 1000
     return tokens / seconds if seconds > 0 else None
 
 
@@ -119,17 +121,19 @@ class CallColumns:
         ('ckpt', 3, None)
     """
 
-    _NAMES: Final = [n for n in CALLS.names if n != "run"]
+    _NAMES: Final = [n for n in CALLS.names if n not in ("run", "tool_names")]
 
     def __init__(self) -> None:
         self.data: dict[str, list[Any]] = {name: [] for name in self._NAMES}
+        self._tool_rows: list[int] = []
+        self._tool_names: list[str | None] = []
 
     def __len__(self) -> int:
         return len(self.data["call_index"])
 
     def add(
         self,
-        record: ModelCallRecord,
+        record: ModelCallRecord | Mapping[str, Any],
         *,
         rollout_id: str,
         source: str,
@@ -138,40 +142,49 @@ class CallColumns:
         byte_offset: int | None = None,
         line_bytes: int | None = None,
     ) -> None:
-        """Append the row of ``record``."""
+        """Append the row of ``record`` (a record, or the field dict ``record_fields`` gives)."""
+        f = record if isinstance(record, Mapping) else vars(record)
         d = self.data
-        ref = record.model_ref
+        ref = f["model_ref"]
+        tools = f["tool_calls"]
+        error_category, finish_reason = f["error_category"], f["finish_reason"]
         d["rollout_id"].append(rollout_id)
-        d["call_index"].append(record.call_index)
-        d["model_call_id"].append(record.model_call_id)
-        d["response_id"].append(record.response_id)
+        d["call_index"].append(f["call_index"])
+        d["model_call_id"].append(f["model_call_id"])
+        d["response_id"].append(f["response_id"])
         d["model_ref_type"].append(None if ref is None else ref.type)
         d["model_ref_name"].append(None if ref is None else ref.name)
-        d["model"].append(record.model)
-        d["dialect"].append(record.dialect)
-        d["stream"].append(record.stream)
-        d["status_code"].append(record.status_code)
-        d["response_status"].append(record.response_status)
-        d["finish_reason"].append(record.finish_reason)
-        d["outcome"].append(call_outcome(record.error_category, record.finish_reason))
-        d["started_at"].append(_micros(record.started_at))
-        d["completed_at"].append(_micros(record.completed_at))
-        d["latency_total_ms"].append(record.latency_total_ms)
-        d["latency_ttft_ms"].append(record.latency_ttft_ms)
-        d["tokens_in"].append(record.tokens_in)
-        d["tokens_out"].append(record.tokens_out)
-        d["tokens_reasoning"].append(record.tokens_reasoning)
-        d["tokens_total"].append(record.tokens_total)
-        d["cached_tokens"].append(record.cached_tokens)
-        d["cache_creation_tokens"].append(record.cache_creation_tokens)
-        d["cache_hit"].append(record.cache_hit)
-        d["output_tokens_per_s"].append(_rate(record))
-        d["num_tool_calls"].append(len(record.tool_calls))
-        d["tool_names"].append([tc.name for tc in record.tool_calls])
-        d["reasoning_content"].append(record.reasoning_content)
-        d["error_category"].append(record.error_category)
-        d["error_code"].append(record.error_code)
-        d["error_message"].append(record.error_message)
+        d["model"].append(f["model"])
+        d["dialect"].append(f["dialect"])
+        d["stream"].append(f["stream"])
+        d["status_code"].append(f["status_code"])
+        d["response_status"].append(f["response_status"])
+        d["finish_reason"].append(finish_reason)
+        d["outcome"].append(call_outcome(error_category, finish_reason))
+        d["started_at"].append(_micros(f["started_at"]))
+        d["completed_at"].append(_micros(f["completed_at"]))
+        d["latency_total_ms"].append(f["latency_total_ms"])
+        d["latency_ttft_ms"].append(f["latency_ttft_ms"])
+        d["tokens_in"].append(f["tokens_in"])
+        d["tokens_out"].append(f["tokens_out"])
+        d["tokens_reasoning"].append(f["tokens_reasoning"])
+        d["tokens_total"].append(f["tokens_total"])
+        d["cached_tokens"].append(f["cached_tokens"])
+        d["cache_creation_tokens"].append(f["cache_creation_tokens"])
+        d["cache_hit"].append(f["cache_hit"])
+        d["output_tokens_per_s"].append(
+            _rate(f["tokens_out"], f["latency_total_ms"], f["latency_ttft_ms"], f["stream"])
+        )
+        d["num_tool_calls"].append(len(tools))
+        if tools:
+            row = len(d["rollout_id"]) - 1
+            for tool in tools:
+                self._tool_rows.append(row)
+                self._tool_names.append(tool.name)
+        d["reasoning_content"].append(f["reasoning_content"])
+        d["error_category"].append(error_category)
+        d["error_code"].append(f["error_code"])
+        d["error_message"].append(f["error_message"])
         d["source"].append(source)
         d["path"].append(path)
         d["line_number"].append(line_number)
@@ -184,7 +197,22 @@ class CallColumns:
         for name in ("started_at", "completed_at"):
             data[name] = pl.Series(name, data[name], dtype=pl.Int64).cast(UTC_TIME)
         data["run"] = [run] * len(self)
+        data["tool_names"] = self._names_column()
         return CALLS.from_columns(data)
+
+    def _names_column(self) -> pl.Series:
+        """``tool_names`` built from flat lists (building a List column row by row is slow)."""
+        names = (
+            pl.DataFrame(
+                {"row": self._tool_rows, "name": self._tool_names},
+                schema={"row": pl.Int64(), "name": pl.String()},
+            )
+            .group_by("row", maintain_order=True)
+            .agg("name")
+        )
+        rows = pl.DataFrame({"row": pl.int_range(len(self), eager=True, dtype=pl.Int64)})
+        joined = rows.join(names, on="row", how="left", maintain_order="left")
+        return joined["name"].fill_null([]).cast(pl.List(pl.String()))
 
 
 def arguments_json(value: Any) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 import orjson
@@ -45,13 +46,16 @@ class ToolCallColumns:
     def __len__(self) -> int:
         return len(self.data["tool_index"])
 
-    def add(self, record: ModelCallRecord, *, rollout_id: str, source: str) -> None:
-        """Append one row per tool call of ``record``."""
+    def add(
+        self, record: ModelCallRecord | Mapping[str, Any], *, rollout_id: str, source: str
+    ) -> None:
+        """Append one row per tool call of ``record`` (a record or its field dict)."""
+        f = record if isinstance(record, Mapping) else vars(record)
         d = self.data
-        for position, tool in enumerate(record.tool_calls):
+        for position, tool in enumerate(f["tool_calls"]):
             d["rollout_id"].append(rollout_id)
-            d["model_call_id"].append(record.model_call_id)
-            d["call_index"].append(record.call_index)
+            d["model_call_id"].append(f["model_call_id"])
+            d["call_index"].append(f["call_index"])
             d["tool_index"].append(position)
             d["call_id"].append(tool.call_id)
             d["type"].append(tool.type)

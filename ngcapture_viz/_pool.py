@@ -1,0 +1,145 @@
+"""Spread a cold index build over every core with worker *processes* started by command.
+
+Workers are plain ``python -m ngcapture_viz._index_worker`` subprocesses, not ``multiprocessing``:
+that works the same from scripts without a ``__main__`` guard, notebooks and REPLs, and never
+forks a process that holds Polars' thread pool. The parent parses a share itself while the
+workers start. Each worker reads its tasks as JSON on stdin, reports parsed bytes on stdout and
+leaves its rows as Arrow IPC files in a scratch directory.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Final
+
+import orjson
+import polars as pl
+
+from ngcapture_viz._scan import FileState, FileTask, ScanResult, scan_files
+from ngcapture_viz.exceptions import CaptureIndexError
+
+__all__ = ["scan_parallel"]
+
+#: What a worker's start-up (imports) is worth in parsed bytes: the parent takes that much more.
+STARTUP_BYTES: Final = 32 * 1024 * 1024
+_TABLES: Final = ("calls", "tool_calls", "damaged")
+
+
+def scan_parallel(
+    tasks: list[FileTask],
+    sizes: list[int],
+    *,
+    workers: int,
+    on_progress: Callable[[int], object],
+) -> ScanResult:
+    """Parse ``tasks`` with ``workers`` processes (the caller's included)."""
+    shares = _split(tasks, sizes, workers)
+    with tempfile.TemporaryDirectory(prefix="ngcapture-index-") as scratch:
+        procs = [_start(share, Path(scratch) / str(n)) for n, share in enumerate(shares[1:])]
+        readers = [
+            threading.Thread(target=_relay, args=(proc, on_progress), daemon=True) for proc in procs
+        ]
+        for reader in readers:
+            reader.start()
+        parts = [scan_files(shares[0])]
+        on_progress(parts[0].bytes_parsed)
+        for n, (proc, reader) in enumerate(zip(procs, readers, strict=True)):
+            reader.join()
+            with proc:  # closes the pipes
+                stderr = proc.stderr.read() if proc.stderr is not None else b""
+                code = proc.wait()
+            if code != 0:
+                tail = stderr.decode(errors="replace").strip().splitlines()[-5:]
+                raise CaptureIndexError(
+                    f"index worker {n + 1} failed with exit code {code}: " + " | ".join(tail)
+                )
+            parts.append(_collect(Path(scratch) / str(n)))
+    return ScanResult(
+        pl.concat([p.calls for p in parts], how="vertical"),
+        pl.concat([p.tool_calls for p in parts], how="vertical"),
+        pl.concat([p.damaged for p in parts], how="vertical"),
+        states=[s for p in parts for s in p.states],
+        unreadable=[u for p in parts for u in p.unreadable],
+        bytes_parsed=sum(p.bytes_parsed for p in parts),
+        processes=1 + sum(1 for share in shares[1:] if share),
+    )
+
+
+def _split(tasks: list[FileTask], sizes: list[int], workers: int) -> list[list[FileTask]]:
+    """The parent's share first (bigger by the workers' start-up), then one per worker."""
+    total = sum(sizes)
+    parent = min(total, (total + (workers - 1) * STARTUP_BYTES) // workers)
+    rest = max(1, (total - parent) // max(1, workers - 1))
+    shares: list[list[FileTask]] = [[]]
+    budget, weight = parent, 0
+    for task, size in zip(tasks, sizes, strict=True):
+        if weight >= budget and len(shares) < workers:
+            shares.append([])
+            budget, weight = rest, 0
+        shares[-1].append(task)
+        weight += size
+    return shares
+
+
+def _start(share: list[FileTask], out: Path) -> subprocess.Popen[bytes]:
+    out.mkdir(parents=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ngcapture_viz._index_worker", str(out)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "POLARS_MAX_THREADS": "1"},
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(orjson.dumps([asdict(task) for task in share]))
+    proc.stdin.close()
+    return proc
+
+
+def _relay(proc: subprocess.Popen[bytes], on_progress: Callable[[int], object]) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith(b"P "):
+            on_progress(int(line[2:]))
+
+
+def _collect(out: Path) -> ScanResult:
+    meta = orjson.loads((out / "meta.json").read_bytes())
+    frames = {name: pl.read_ipc(out / f"{name}.arrow") for name in _TABLES}
+    return ScanResult(
+        frames["calls"],
+        frames["tool_calls"],
+        frames["damaged"],
+        states=[FileState(**state) for state in meta["states"]],
+        unreadable=[tuple(u) for u in meta["unreadable"]],
+        bytes_parsed=meta["bytes_parsed"],
+    )
+
+
+def worker_main(out: Path) -> None:
+    """The body of one worker process (``python -m ngcapture_viz._index_worker OUT``)."""
+    tasks = [FileTask(**task) for task in orjson.loads(sys.stdin.buffer.read())]
+    # Report progress in slices so the parent's bar moves.
+    step = max(1, len(tasks) // 20)
+    parts = []
+    for start in range(0, len(tasks), step):
+        part = scan_files(tasks[start : start + step])
+        parts.append(part)
+        sys.stdout.write(f"P {part.bytes_parsed}\n")
+        sys.stdout.flush()
+    for name in _TABLES:
+        frame = pl.concat([getattr(p, name) for p in parts], how="vertical")
+        frame.write_ipc(out / f"{name}.arrow")
+    meta = {
+        "states": [asdict(s) for p in parts for s in p.states],
+        "unreadable": [list(u) for p in parts for u in p.unreadable],
+        "bytes_parsed": sum(p.bytes_parsed for p in parts),
+    }
+    (out / "meta.json").write_bytes(orjson.dumps(meta))

@@ -1,0 +1,442 @@
+"""The statistics of a checkpoint diff: capture metrics and a task-cluster bootstrap.
+
+A resample draws ``n`` tasks (clusters) with replacement out of ``n``; each drawn task brings
+all of its rollouts and calls, once per draw. All resamples are one long frame of draws,
+``(boot, cluster)``; resample ``-1`` is the original sample (every task once), so point
+estimates and replicates come out of the same code and always agree. Everything is vectorised
+in Polars (NumPy is not a dependency).
+
+Two kinds of statistic (``METRICS`` lists the metrics of each kind):
+
+* ratios of sums, ``Σ num / Σ den`` over the drawn tasks (means per call or per rollout,
+  rates): ``ratio_replicates`` gathers per-task sums and adds them up per resample;
+* quantiles of call-level values: ``quantile_replicates`` gathers each drawn task's values and
+  takes ``quantile(q, interpolation="linear")`` per resample, exactly as on the original data.
+
+``estimate`` runs both for the two samples of a comparison, paired or not.
+
+Example:
+    >>> sums = pl.DataFrame({"cluster": [0, 1], "num": [3.0, 5.0], "den": [1, 1]})
+    >>> draws = resample_clusters(2, n_boot=100, seed=0)
+    >>> reps = ratio_replicates(sums, draws, {"mean": ("num", "den")})
+    >>> reps.filter(pl.col("boot") == -1)["mean"].item()
+    4.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+import polars as pl
+
+__all__ = [
+    "BOOT",
+    "CLUSTER",
+    "METRICS",
+    "Estimates",
+    "Metric",
+    "Sample",
+    "difference_intervals",
+    "estimate",
+    "quantile_replicates",
+    "ratio_replicates",
+    "resample_clusters",
+]
+
+BOOT: Final = "boot"
+CLUSTER: Final = "cluster"
+_DRAWS: Final = pl.Schema({BOOT: pl.Int64(), CLUSTER: pl.UInt32()})
+
+
+def resample_clusters(n_clusters: int, *, n_boot: int, seed: int) -> pl.DataFrame:
+    """``n_boot`` resamples of ``n_clusters`` clusters drawn with replacement, plus the original.
+
+    Clusters are numbered ``0 .. n_clusters - 1``. Row ``(b, c)`` means resample ``b`` drew
+    cluster ``c`` once (a cluster drawn twice has two rows); resample ``-1`` is every cluster
+    once. The same ``seed`` gives the same draws.
+
+    Example:
+        >>> draws = resample_clusters(3, n_boot=10, seed=1)
+        >>> draws.group_by("boot").len()["len"].unique().to_list()
+        [3]
+    """
+    original = pl.DataFrame({BOOT: [-1] * n_clusters, CLUSTER: range(n_clusters)}, schema=_DRAWS)
+    if n_clusters == 0 or n_boot <= 0:
+        return original
+    total = n_boot * n_clusters
+    drawn = pl.int_range(0, n_clusters, dtype=pl.UInt32, eager=True).sample(
+        total, with_replacement=True, seed=seed
+    )
+    boots = pl.int_range(0, total, dtype=pl.Int64, eager=True) // n_clusters
+    return pl.concat([original, pl.DataFrame({BOOT: boots, CLUSTER: drawn}, schema=_DRAWS)])
+
+
+def ratio_replicates(
+    sums: pl.DataFrame,
+    draws: pl.DataFrame,
+    ratios: Mapping[str, tuple[str, str]],
+) -> pl.DataFrame:
+    """``Σ num / Σ den`` over each resample's drawn clusters, for every ``name: (num, den)``.
+
+    Args:
+        sums: one row per cluster (``cluster``: UInt32) with the numerator and denominator
+            columns; a cluster without a row adds nothing.
+        draws: from ``resample_clusters``.
+
+    Returns:
+        ``boot`` and one Float64 column per ratio (null where the denominator is 0: nothing
+        to average), for every resample that drew a cluster with a row (in no particular
+        order).
+    """
+    columns = sorted({c for pair in ratios.values() for c in pair})
+    per_cluster = sums.lazy().select(CLUSTER, *(pl.col(c).cast(pl.Float64) for c in columns))
+    totals = (
+        draws.lazy()
+        .join(per_cluster, on=CLUSTER, how="inner")
+        .group_by(BOOT)
+        .agg(pl.col(columns).sum())
+        .collect()
+    )
+    return totals.select(
+        BOOT,
+        *(
+            pl.when(pl.col(den) > 0).then(pl.col(num) / pl.col(den)).alias(name)
+            for name, (num, den) in ratios.items()
+        ),
+    )
+
+
+def quantile_replicates(
+    values: pl.DataFrame, draws: pl.DataFrame, quantiles: Mapping[str, float], *, n_clusters: int
+) -> pl.DataFrame:
+    """``value.quantile(q, interpolation="linear")`` over each resample's drawn clusters.
+
+    Args:
+        values: ``cluster`` (UInt32) and ``value`` columns, one row per observation; nulls
+            (unknown values) are left out.
+        draws: from ``resample_clusters(n_clusters, ...)``.
+
+    Returns:
+        ``boot`` and one Float64 column per quantile, for every resample holding a value
+        (in no particular order).
+    """
+    known = values.select(CLUSTER, pl.col("value").cast(pl.Float64)).drop_nulls("value")
+    lists = _dense(known.group_by(CLUSTER).agg("value"), n_clusters)["value"]
+    rows = pl.DataFrame({BOOT: draws[BOOT], "value": lists.gather(draws[CLUSTER])})
+    return (
+        rows.lazy()
+        .explode("value")
+        .drop_nulls("value")
+        .group_by(BOOT)
+        .agg(
+            pl.col("value").quantile(q, interpolation="linear").alias(name)
+            for name, q in quantiles.items()
+        )
+        .collect()
+    )
+
+
+def _dense(per_cluster: pl.DataFrame, n_clusters: int) -> pl.DataFrame:
+    """``per_cluster`` with exactly one row per cluster number, in order (missing: nulls)."""
+    index = pl.DataFrame({CLUSTER: range(n_clusters)}, schema={CLUSTER: pl.UInt32()})
+    return index.join(per_cluster, on=CLUSTER, how="left", maintain_order="left")
+
+
+def difference_intervals(
+    replicates: pl.DataFrame, names: Sequence[str], confidence: float
+) -> dict[str, tuple[float | None, ...]]:
+    """Percentile intervals of ``b − a`` and ``b / a − 1`` for every metric in ``names``.
+
+    ``replicates`` holds the resamples (``boot`` ≥ 0) with columns ``a|<name>`` and
+    ``b|<name>``. Bounds interpolate linearly between order statistics. An interval is
+    unknown (``None``) when any resample lacks it (no value there, or ``a`` is 0 for the
+    relative one): a partial interval would look narrower than the truth.
+
+    Returns:
+        name → ``(low, high, rel_low, rel_high)``.
+
+    Example:
+        >>> reps = pl.DataFrame({"a|m": [1.0, 2.0, 4.0], "b|m": [2.0, 2.0, 6.0]})
+        >>> difference_intervals(reps, ["m"], 0.5)["m"]
+        (0.5, 1.5, 0.25, 0.75)
+    """
+    tail = (1.0 - confidence) / 2
+    exprs = []
+    for name in names:
+        a, b = pl.col(f"a|{name}"), pl.col(f"b|{name}")
+        spreads = (b - a, pl.when(a != 0).then(b / a - 1))
+        for i, spread in enumerate(spreads):
+            known = spread.is_not_null().all() & (pl.len() > 0)
+            for end, q in (("low", tail), ("high", 1.0 - tail)):
+                bound = spread.quantile(q, interpolation="linear")
+                exprs.append(pl.when(known).then(bound).alias(f"{name}|{i}|{end}"))
+    if not exprs:
+        return {}
+    row = replicates.select(exprs).row(0)
+    return {name: tuple(row[4 * k : 4 * k + 4]) for k, name in enumerate(names)}
+
+
+# -- the capture metrics a checkpoint diff estimates ---------------------------------------
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric of a checkpoint diff.
+
+    A ratio metric is ``Σ num / Σ den`` over rollouts (``num``/``den`` are expressions over
+    the per-rollout parts of ``_ROLLOUT_PARTS``); a quantile metric is a linear-interpolated
+    quantile ``q`` of the calls column ``column``. ``per`` is the unit a value is reported for
+    (``call`` or ``rollout``), which is also what coverage counts.
+    """
+
+    name: str
+    per: Literal["call", "rollout"]
+    unit: Literal["tokens", "ms", "share", "count"]
+    meaning: str
+    num: pl.Expr | None = None
+    den: pl.Expr | None = None
+    column: str | None = None
+    q: float | None = None
+
+
+def _col(name: str) -> pl.Expr:
+    return pl.col(name)
+
+
+def _complete(prefix: str) -> pl.Expr:
+    """Every call of the rollout reported the value (and there was at least one call)."""
+    return (_col(f"{prefix}_n") == _col("n_calls")) & (_col("n_calls") > 0)
+
+
+def _per_call(column: str, meaning: str) -> Metric:
+    return Metric(
+        f"{column}_per_call", "call", "tokens", meaning, _col(f"{column}_sum"), _col(f"{column}_n")
+    )
+
+
+def _per_rollout(prefix: str, name: str, unit: Literal["tokens", "count"], meaning: str) -> Metric:
+    complete = _complete(prefix)
+    num = pl.when(complete).then(_col(f"{prefix}_sum")).otherwise(0)
+    return Metric(name, "rollout", unit, meaning, num, complete.cast(pl.Int64))
+
+
+_TRUNCATED: Final = (pl.col("outcome").cast(pl.String) == "length") | (
+    pl.col("error_category").cast(pl.String) == "stream_truncated"
+)
+_ROLLOUT_PARTS: Final = [
+    pl.len().cast(pl.Int64).alias("n_calls"),
+    *(
+        expr
+        for column in ("tokens_in", "tokens_out", "tokens_reasoning")
+        for expr in (
+            pl.col(column).sum().cast(pl.Float64).alias(f"{column}_sum"),
+            pl.col(column).count().cast(pl.Int64).alias(f"{column}_n"),
+        )
+    ),
+    pl.col("latency_total_ms").sum().alias("latency_sum"),
+    pl.col("latency_total_ms").count().cast(pl.Int64).alias("latency_n"),
+    pl.col("error_category").is_not_null().sum().cast(pl.Int64).alias("errors"),
+    _TRUNCATED.sum().cast(pl.Int64).alias("truncated"),
+    (pl.col("outcome").is_not_null() | pl.col("error_category").is_not_null())
+    .sum()
+    .cast(pl.Int64)
+    .alias("truncation_n"),
+    pl.col("num_tool_calls").sum().cast(pl.Float64).alias("tools_sum"),
+    pl.col("num_tool_calls").count().cast(pl.Int64).alias("tools_n"),
+]
+
+#: Every metric a diff reports, in report order.
+METRICS: Final[tuple[Metric, ...]] = (
+    _per_call("tokens_in", "Mean prompt tokens per call that reported them."),
+    _per_call("tokens_out", "Mean output tokens (reasoning included) per reporting call."),
+    _per_call("tokens_reasoning", "Mean reasoning tokens per reporting call."),
+    _per_rollout(
+        "tokens_in",
+        "tokens_in_per_rollout",
+        "tokens",
+        "Mean prompt tokens per rollout (rollouts whose every call reported them).",
+    ),
+    _per_rollout(
+        "tokens_out",
+        "tokens_out_per_rollout",
+        "tokens",
+        "Mean output tokens per rollout (rollouts whose every call reported them).",
+    ),
+    _per_rollout(
+        "tokens_reasoning",
+        "tokens_reasoning_per_rollout",
+        "tokens",
+        "Mean reasoning tokens per rollout (rollouts whose every call reported them).",
+    ),
+    Metric(
+        "latency_mean_ms",
+        "call",
+        "ms",
+        "Mean total latency per call.",
+        _col("latency_sum"),
+        _col("latency_n"),
+    ),
+    Metric(
+        "latency_p50_ms",
+        "call",
+        "ms",
+        "Median total latency over calls.",
+        column="latency_total_ms",
+        q=0.5,
+    ),
+    Metric(
+        "latency_p95_ms",
+        "call",
+        "ms",
+        "95th percentile of total latency over calls.",
+        column="latency_total_ms",
+        q=0.95,
+    ),
+    Metric(
+        "ttft_p50_ms",
+        "call",
+        "ms",
+        "Median time to first token over streamed calls.",
+        column="latency_ttft_ms",
+        q=0.5,
+    ),
+    Metric(
+        "ttft_p95_ms",
+        "call",
+        "ms",
+        "95th percentile of time to first token.",
+        column="latency_ttft_ms",
+        q=0.95,
+    ),
+    Metric(
+        "error_rate",
+        "call",
+        "share",
+        "Share of calls with an error category.",
+        _col("errors"),
+        _col("n_calls"),
+    ),
+    Metric(
+        "truncation_rate",
+        "call",
+        "share",
+        "Share of calls cut short: outcome `length` or a truncated stream.",
+        _col("truncated"),
+        _col("truncation_n"),
+    ),
+    _per_rollout(
+        "tools", "tool_calls_per_rollout", "count", "Mean tool calls requested per rollout."
+    ),
+    Metric(
+        "calls_per_rollout",
+        "rollout",
+        "count",
+        "Mean captured calls per rollout (rollouts with at least one captured call).",
+        _col("n_calls"),
+        (_col("n_calls") > 0).cast(pl.Int64),
+    ),
+    Metric(
+        "gap_rate",
+        "rollout",
+        "share",
+        "Share of rollouts with at least one gap.",
+        (_col("num_gaps") > 0).cast(pl.Int64),
+        _col("num_gaps").is_not_null().cast(pl.Int64),
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The part of one run a comparison uses.
+
+    Attributes:
+        rollouts: ``rollout_id``, ``cluster`` (UInt32 task number) and ``num_gaps``.
+        calls: the calls of those rollouts (calls-frame columns; others are ignored).
+        n_clusters: how many tasks; clusters are numbered ``0 .. n_clusters - 1``.
+    """
+
+    rollouts: pl.DataFrame
+    calls: pl.DataFrame
+    n_clusters: int
+
+
+@dataclass(frozen=True)
+class Estimates:
+    """Replicates of every metric for both sides, and how many units each value rests on.
+
+    Attributes:
+        replicates: ``boot`` (−1: the original sample) and one column ``"a|<metric>"`` /
+            ``"b|<metric>"`` per side and metric.
+        n: ``"a|<metric>"`` → units (calls or rollouts) that reported the metric.
+        eligible: ``"a|<metric>"`` → units that could have reported it (coverage's base).
+    """
+
+    replicates: pl.DataFrame
+    n: dict[str, int]
+    eligible: dict[str, int]
+
+
+def estimate(
+    a: Sample, b: Sample, metrics: Sequence[Metric], *, paired: bool, n_boot: int, seed: int
+) -> Estimates:
+    """Point estimates and task-bootstrap replicates of ``metrics`` for both samples.
+
+    Paired samples share their cluster numbering and every resample draws the same tasks
+    for both; unpaired samples are resampled independently (``seed`` and ``seed + 1``).
+    """
+    if paired and a.n_clusters != b.n_clusters:
+        raise ValueError("paired samples must have the same tasks")
+    draws_a = resample_clusters(a.n_clusters, n_boot=n_boot, seed=seed)
+    draws_b = draws_a if paired else resample_clusters(b.n_clusters, n_boot=n_boot, seed=seed + 1)
+    n: dict[str, int] = {}
+    eligible: dict[str, int] = {}
+    parts = []
+    ratios = [m for m in metrics if m.num is not None and m.den is not None]
+    if ratios:
+        sums = {side: _cluster_sums(s, ratios, side) for side, s in (("a", a), ("b", b))}
+        pairs = {
+            f"{side}|{m.name}": (f"{side}|{m.name}|num", f"{side}|{m.name}|den")
+            for side in ("a", "b")
+            for m in ratios
+        }
+        if paired:  # one frame, so identical inputs give bit-identical sums on both sides
+            both = sums["a"].join(sums["b"], on=CLUSTER, how="full", coalesce=True)
+            parts.append(ratio_replicates(both, draws_a, pairs))
+        else:
+            for side, draws in (("a", draws_a), ("b", draws_b)):
+                mine = {k: v for k, v in pairs.items() if k.startswith(f"{side}|")}
+                parts.append(ratio_replicates(sums[side], draws, mine))
+        for name, (_, den) in pairs.items():
+            n[name] = int(sums[name[0]][den].sum())
+    for side, sample, draws in (("a", a, draws_a), ("b", b, draws_b)):
+        calls = sample.calls.join(sample.rollouts.select("rollout_id", CLUSTER), on="rollout_id")
+        for column in dict.fromkeys(m.column for m in metrics if m.column is not None):
+            chosen = {
+                f"{side}|{m.name}": m.q for m in metrics if m.column == column and m.q is not None
+            }
+            values = calls.select(CLUSTER, pl.col(column).alias("value"))
+            parts.append(quantile_replicates(values, draws, chosen, n_clusters=sample.n_clusters))
+            n.update(dict.fromkeys(chosen, values["value"].count()))
+        for m in metrics:
+            units = calls.height if m.per == "call" else sample.rollouts.height
+            eligible[f"{side}|{m.name}"] = units
+    replicates = pl.DataFrame({BOOT: range(-1, max(n_boot, 0))}, schema={BOOT: pl.Int64()})
+    for part in parts:
+        replicates = replicates.join(part, on=BOOT, how="left")
+    return Estimates(replicates, n, eligible)
+
+
+def _cluster_sums(sample: Sample, metrics: Sequence[Metric], side: str) -> pl.DataFrame:
+    """Per task: the numerator and denominator of every ratio metric, summed over rollouts."""
+    parts = sample.calls.group_by("rollout_id").agg(_ROLLOUT_PARTS)
+    rows = sample.rollouts.join(parts, on="rollout_id", how="left")
+    rows = rows.with_columns(pl.col("n_calls").fill_null(0))
+    sums = []
+    for m in metrics:
+        for part, expr in (("num", m.num), ("den", m.den)):
+            assert expr is not None
+            sums.append(expr.cast(pl.Float64).sum().alias(f"{side}|{m.name}|{part}"))
+    return rows.group_by(CLUSTER).agg(sums)

@@ -1,0 +1,529 @@
+"""Checkpoint diff: capture metrics of two runs side by side, with task-bootstrap intervals.
+
+``diff(run_a, run_b)`` compares tokens, latency, TTFT, errors, truncations, tool calls, calls
+and gaps of two runs (for example two checkpoints on the same tasks). Each metric gets both
+values, the difference ``b − a``, the relative difference ``b / a − 1`` and a percentile
+bootstrap interval that resamples *tasks* (all rollouts and calls of a task move together).
+
+Pairing: when the runs ran the same tasks, the comparison is paired: only tasks (``by="task"``)
+or ``(task, repeat)`` rollouts (``by="rollout"``) present in both runs are compared, and every
+resample draws one set of tasks for both runs. Runs that share nothing are compared unpaired
+(each run's tasks are resampled on their own). What was left out is listed in ``only_a`` /
+``only_b``, never dropped silently. Null means unknown: a call that did not report a metric is
+left out of that metric (``coverage_*`` says how many did), it never counts as 0.
+
+Example:
+    >>> import ngcapture_viz as ngv  # doctest: +SKIP
+    >>> both = ngv.open_runs({"ckpt-100": ("results/demo/ckpt-100/model-calls", None),
+    ...                       "ckpt-200": ("results/demo/ckpt-200/model-calls", None)})
+    >>> d = diff(both)  # doctest: +SKIP
+    >>> print(d)  # doctest: +SKIP
+    >>> assert_no_regression(d, "latency_p95_ms", 0.10)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+import plotly.graph_objects as go
+import polars as pl
+
+from ngcapture_viz.bootstrap import (
+    BOOT,
+    CLUSTER,
+    METRICS,
+    Estimates,
+    Metric,
+    Sample,
+    difference_intervals,
+    estimate,
+)
+from ngcapture_viz.exceptions import RegressionError
+
+if TYPE_CHECKING:
+    from ngcapture_viz.run import CaptureRun
+
+__all__ = ["DIFF_SCHEMA", "METRIC_NAMES", "CheckpointDiff", "assert_no_regression", "diff"]
+
+#: Every metric ``diff`` can report, in report order (``bootstrap.METRICS`` defines them).
+METRIC_NAMES: Final = tuple(m.name for m in METRICS)
+
+_FLOAT, _INT = pl.Float64(), pl.Int64()
+DIFF_SCHEMA: Final = pl.Schema(
+    {
+        **dict.fromkeys(("metric", "per", "unit"), pl.String()),
+        **dict.fromkeys(("value_a", "value_b", "diff", "rel_diff"), _FLOAT),
+        **dict.fromkeys(("ci_low", "ci_high", "rel_ci_low", "rel_ci_high"), _FLOAT),
+        "ci_excludes_zero": pl.Boolean(),
+        **dict.fromkeys(("n_a", "n_b"), _INT),
+        **dict.fromkeys(("coverage_a", "coverage_b"), _FLOAT),
+        **dict.fromkeys(("tasks_a", "tasks_b"), _INT),
+    }
+)
+
+
+@dataclass(frozen=True)
+class CheckpointDiff:
+    """The result of ``diff``: one row per metric, and how the runs were matched.
+
+    Attributes:
+        frame: one row per metric (schema ``DIFF_SCHEMA``): ``value_a``, ``value_b``,
+            ``diff`` (b − a), ``rel_diff`` (b / a − 1), the bootstrap interval of each
+            (``ci_*``, ``rel_ci_*``; null when it cannot be computed), the units each value
+            rests on (``n_*``), the share of units that reported the metric (``coverage_*``)
+            and the tasks resampled (``tasks_*``).
+        label_a, label_b: the runs compared (differences are b − a).
+        paired: tasks were matched across runs (one resample of tasks for both runs).
+        by: ``"task"`` or ``"rollout"``: the unit matched across runs.
+        pair_key: the rollouts column that identified tasks (``task_id``, ``task_index`` or
+            ``mixed``: task id, else task index, else the rollout id).
+        only_a, only_b: units without a partner (task keys for ``by="task"``, rollout ids for
+            ``by="rollout"``). Paired: left out of every value. Unpaired: every unit.
+        excluded_a, excluded_b: rollouts of each run left out of the comparison.
+        tasks_a, tasks_b: tasks (clusters) resampled for each run.
+        n_boot, confidence, seed: how the intervals were computed.
+    """
+
+    frame: pl.DataFrame
+    label_a: str
+    label_b: str
+    paired: bool
+    by: str
+    pair_key: str
+    only_a: tuple[str, ...]
+    only_b: tuple[str, ...]
+    excluded_a: int
+    excluded_b: int
+    tasks_a: int
+    tasks_b: int
+    n_boot: int
+    confidence: float
+    seed: int
+
+    def __str__(self) -> str:
+        return self.format()
+
+    @property
+    def summary(self) -> str:
+        """One line: what was compared with what, and how."""
+        if self.paired:
+            how = f"paired by {self.by} on {self.pair_key}, {self.tasks_a} shared tasks"
+        else:
+            how = f"unpaired ({self.tasks_a} vs {self.tasks_b} tasks resampled independently)"
+        level = f"{self.confidence:.0%}"
+        return (
+            f"{self.label_b} vs {self.label_a}: {how}; {level} intervals from "
+            f"{self.n_boot} task resamples"
+        )
+
+    def row(self, metric: str) -> dict[str, Any]:
+        """The frame's row of ``metric`` as a dict (``ValueError`` names the valid metrics)."""
+        rows = self.frame.filter(pl.col("metric") == metric)
+        if rows.height == 0:
+            valid = ", ".join(self.frame["metric"].to_list())
+            raise ValueError(f"unknown metric {metric!r}; this diff has: {valid}")
+        return rows.row(0, named=True)
+
+    def format(self) -> str:
+        """A readable text table: values, differences, intervals, counts and coverage.
+
+        Example:
+            >>> print(d.format())  # doctest: +SKIP
+        """
+        a, b = _short(self.label_a), _short(self.label_b)
+        level = f"{self.confidence:.0%}"
+        lines = [
+            self.summary,
+            f"{'metric':<29}{a:>12}{b:>12}{'diff':>12}{'rel':>9}  "
+            f"{level + ' interval':<22}{'n a/b':>13}  coverage a/b",
+        ]
+        for r in self.frame.iter_rows(named=True):
+            mark = "*" if r["ci_excludes_zero"] else " "
+            interval = (
+                f"[{_pct(r['rel_ci_low'])}, {_pct(r['rel_ci_high'])}]"
+                if r["rel_ci_low"] is not None
+                else _abs_interval(r)
+            )
+            lines.append(
+                f"{r['metric']:<29}{_num(r['value_a'], r['unit']):>12}"
+                f"{_num(r['value_b'], r['unit']):>12}{_num(r['diff'], r['unit'], sign=True):>12}"
+                f"{_pct(r['rel_diff']):>9}  {interval:<20}{mark} "
+                f"{r['n_a']:>6}/{r['n_b']:<6} {_pct(r['coverage_a'], sign=False)}/"
+                f"{_pct(r['coverage_b'], sign=False)}"
+            )
+        lines.append(
+            f"intervals are relative, or absolute where a relative one is unknown; "
+            f"* the {level} interval of the difference excludes 0"
+        )
+        for label, only, excluded in (
+            (self.label_a, self.only_a, self.excluded_a),
+            (self.label_b, self.only_b, self.excluded_b),
+        ):
+            lines.append(_only_line(label, only, excluded, by=self.by, paired=self.paired))
+        return "\n".join(lines)
+
+    def figure(self) -> go.Figure:
+        """Forest plot: relative difference per metric with its interval and a zero line.
+
+        Metrics whose relative interval excludes 0 are coloured; metrics without a relative
+        difference (no value in run a, or a zero one) are left out and named in the title.
+
+        Example:
+            >>> d.figure()  # doctest: +SKIP
+        """
+        shown = self.frame.filter(pl.col("rel_diff").is_not_null())
+        missing = self.frame.filter(pl.col("rel_diff").is_null())["metric"].to_list()
+        excludes = (pl.col("rel_ci_low") > 0) | (pl.col("rel_ci_high") < 0)
+        groups = (
+            ("interval excludes 0", excludes.fill_null(False), "#d62728"),
+            ("interval includes 0", ~excludes.fill_null(True), "#7f7f7f"),
+            ("no interval", pl.col("rel_ci_low").is_null(), "#bcbd22"),
+        )
+        fig = go.Figure()
+        for name, condition, colour in groups:
+            part = shown.filter(condition)
+            if part.height == 0:
+                continue
+            point = part["rel_diff"] * 100
+            low = part["rel_ci_low"].fill_null(part["rel_diff"]) * 100
+            high = part["rel_ci_high"].fill_null(part["rel_diff"]) * 100
+            fig.add_trace(
+                go.Scatter(
+                    name=name,
+                    x=point.to_list(),
+                    y=part["metric"].to_list(),
+                    mode="markers",
+                    marker={"color": colour, "size": 9},
+                    error_x={
+                        "type": "data",
+                        "symmetric": False,
+                        "array": (high - point).to_list(),
+                        "arrayminus": (point - low).to_list(),
+                        "color": colour,
+                    },
+                    customdata=part.select("value_a", "value_b").rows(),
+                    hovertemplate=(
+                        "%{y}: %{x:+.1f}%<br>a %{customdata[0]:.4g} → b %{customdata[1]:.4g}"
+                        "<extra></extra>"
+                    ),
+                )
+            )
+        fig.add_vline(x=0, line={"color": "black", "width": 1})
+        title = f"{self.label_b} vs {self.label_a}: relative difference, {self.confidence:.0%} CI"
+        if missing:
+            title += f"<br><sup>not shown (no relative difference): {', '.join(missing)}</sup>"
+        fig.update_layout(
+            title=title,
+            xaxis_title=f"{self.label_b} relative to {self.label_a} (%)",
+            yaxis={"categoryorder": "array", "categoryarray": shown["metric"].to_list()[::-1]},
+            height=max(320, 40 * shown.height + 140),
+            template="plotly_white",
+        )
+        return fig
+
+
+def diff(
+    run_a: CaptureRun,
+    run_b: CaptureRun | None = None,
+    *,
+    labels: tuple[str, str] | None = None,
+    by: Literal["task", "rollout"] = "task",
+    metrics: Sequence[str] | None = None,
+    paired: bool | None = None,
+    n_boot: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> CheckpointDiff:
+    """Compare the capture metrics of two runs, with task-bootstrap confidence intervals.
+
+    Args:
+        run_a, run_b: the runs (differences are ``b − a``). Or ``run_a`` alone: a stack of
+            two runs, or of more with ``labels=(label_a, label_b)``.
+        by: the unit matched across runs: ``"task"`` (every rollout of tasks both runs ran)
+            or ``"rollout"`` (only ``(task, repeat)`` rollouts both runs have).
+        metrics: names from ``METRIC_NAMES`` (default: all).
+        paired: ``None`` pairs when the runs share at least one unit; ``False`` forces
+            independent resampling; ``True`` raises when nothing is shared.
+        n_boot: bootstrap resamples of tasks (0: no intervals).
+        seed: seed of the resampling (same seed, same intervals).
+        confidence: level of the percentile intervals.
+
+    Raises:
+        ValueError: unknown metric, ``by`` or labels; ``confidence`` outside (0, 1).
+
+    Example:
+        >>> d = diff(run_100, run_200, metrics=["latency_p50_ms"])  # doctest: +SKIP
+        >>> d.row("latency_p50_ms")["rel_ci_low"]  # doctest: +SKIP
+    """
+    first, second = _two_runs(run_a, run_b, labels)
+    chosen = _chosen(metrics)
+    if by not in ("task", "rollout"):
+        raise ValueError(f"by must be 'task' or 'rollout', not {by!r}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be between 0 and 1, not {confidence!r}")
+    base_a, base_b = _rollout_keys(first), _rollout_keys(second)
+    key = _pair_key(base_a, base_b)
+    base_a, base_b = (_with_units(f, key, by) for f in (base_a, base_b))
+    shared = set(base_a["unit"]) & set(base_b["unit"])
+    if paired is None:
+        paired = bool(shared)
+    elif paired and not shared:
+        raise ValueError(f"paired=True, but the runs share no {by} (matched on {key})")
+    kept_a, kept_b = base_a, base_b
+    if paired:
+        kept_a, kept_b = (f.filter(pl.col("unit").is_in(list(shared))) for f in (base_a, base_b))
+    tasks_a = sorted(set(kept_a["task"]))
+    tasks_b = tasks_a if paired else sorted(set(kept_b["task"]))
+    estimates = estimate(
+        _sample(first.calls, kept_a, tasks_a),
+        _sample(second.calls, kept_b, tasks_b),
+        chosen,
+        paired=paired,
+        n_boot=n_boot,
+        seed=seed,
+    )
+    frame = _summarise(estimates, chosen, confidence, len(tasks_a), len(tasks_b))
+    return CheckpointDiff(
+        frame=frame,
+        label_a=str(first.label),
+        label_b=str(second.label),
+        paired=paired,
+        by=by,
+        pair_key=key,
+        only_a=_unmatched(base_a, shared, by),
+        only_b=_unmatched(base_b, shared, by),
+        excluded_a=base_a.height - kept_a.height,
+        excluded_b=base_b.height - kept_b.height,
+        tasks_a=len(tasks_a),
+        tasks_b=len(tasks_b),
+        n_boot=n_boot,
+        confidence=confidence,
+        seed=seed,
+    )
+
+
+def assert_no_regression(
+    diff: CheckpointDiff, metric: str, max_increase: float, *, relative: bool = True
+) -> None:
+    """Fail when ``metric`` rose by more than ``max_increase``, with confidence.
+
+    The gate fails only when the *lower* bound of the interval is above ``max_increase``:
+    the data are then incompatible (at the diff's confidence level) with an increase of
+    ``max_increase`` or less. A noisy point estimate above the limit alone does not fail it.
+    An interval that could not be computed (the metric was not reported, fewer than two
+    tasks, no resamples) fails too: the gate cannot vouch for the metric.
+
+    Args:
+        diff: from ``diff(a, b)``; an increase is ``b`` above ``a``.
+        metric: a metric of the diff (``ValueError`` lists them).
+        max_increase: the allowed increase: relative (``0.10`` is +10 %) or, with
+            ``relative=False``, in the metric's own unit.
+
+    Raises:
+        RegressionError: (an ``AssertionError``) naming the metric, the observed difference,
+            its interval and the limit.
+
+    Example:
+        >>> assert_no_regression(d, "latency_p95_ms", 0.10)  # doctest: +SKIP
+        >>> assert_no_regression(d, "error_rate", 0.02, relative=False)  # doctest: +SKIP
+    """
+    row = diff.row(metric)
+    point, low, high = (
+        (row["rel_diff"], row["rel_ci_low"], row["rel_ci_high"])
+        if relative
+        else (row["diff"], row["ci_low"], row["ci_high"])
+    )
+    show = _pct if relative else (lambda v: _num(v, row["unit"], sign=True))
+    where = f"{metric} ({diff.label_b} vs {diff.label_a})"
+    limit = f"allowed increase {show(max_increase)}"
+    if low is None or high is None:
+        values = " → ".join(_num(row[k], row["unit"]) for k in ("value_a", "value_b"))
+        hint = "; gate it with relative=False" if relative and row["ci_low"] is not None else ""
+        raise RegressionError(
+            f"{where}: cannot be checked, the {'relative ' if relative else ''}interval is "
+            f"unknown ({values}, tasks {row['tasks_a']}/{row['tasks_b']}); {limit}{hint}"
+        )
+    if low > max_increase:
+        level = f"{diff.confidence:.0%}"
+        raise RegressionError(
+            f"{where} regressed: {show(point)} ({level} interval {show(low)} to {show(high)}) "
+            f"lies entirely above the {limit}"
+        )
+
+
+# -- matching rollouts across runs ---------------------------------------------------------
+
+
+def _two_runs(
+    run_a: CaptureRun, run_b: CaptureRun | None, labels: tuple[str, str] | None
+) -> tuple[CaptureRun, CaptureRun]:
+    if run_b is not None:
+        for run in (run_a, run_b):
+            if run.label is None:
+                raise ValueError(f"{run!r} is a stack of runs: pass single runs, or labels=")
+        return run_a, run_b
+    members = run_a.runs
+    if labels is None:
+        if len(members) != 2:
+            raise ValueError(f"pass two runs, or labels= to pick two of {list(members)}")
+        first, second = members
+        labels = (first, second)
+    unknown = [label for label in labels if label not in members]
+    if unknown:
+        raise ValueError(f"unknown label(s) {unknown}; the runs are {list(members)}")
+    return members[labels[0]], members[labels[1]]
+
+
+def _chosen(metrics: Sequence[str] | None) -> list[Metric]:
+    if metrics is None:
+        return list(METRICS)
+    if isinstance(metrics, str):
+        metrics = [metrics]
+    unknown = [m for m in metrics if m not in METRIC_NAMES]
+    if unknown:
+        raise ValueError(f"unknown metric(s) {unknown}; valid metrics: {', '.join(METRIC_NAMES)}")
+    return [m for m in METRICS if m.name in metrics]
+
+
+_KEY_COLUMNS: Final = ("rollout_id", "task_id", "task_index", "rollout_index", "num_gaps")
+
+
+def _rollout_keys(run: CaptureRun) -> pl.DataFrame:
+    """Every rollout of the run (rollouts frame, plus any rollout only its calls name)."""
+    schema = pl.Schema({name: run.rollouts.schema[name] for name in _KEY_COLUMNS})
+    base = run.rollouts.select(_KEY_COLUMNS)
+    extra = run.calls.select("rollout_id").unique().join(base, on="rollout_id", how="anti")
+    return pl.concat([base, extra], how="diagonal").cast(schema).sort("rollout_id")
+
+
+def _pair_key(a: pl.DataFrame, b: pl.DataFrame) -> str:
+    for column in ("task_id", "task_index"):
+        if a[column].null_count() == 0 and b[column].null_count() == 0:
+            return column
+    return "mixed"
+
+
+def _with_units(base: pl.DataFrame, key: str, by: str) -> pl.DataFrame:
+    rollout_id = pl.lit("rollout_id=") + pl.col("rollout_id")
+    if key == "task_id":
+        task = pl.col("task_id")
+    elif key == "task_index":
+        task = pl.col("task_index").cast(pl.String)
+    else:
+        index = pl.lit("task_index=") + pl.col("task_index").cast(pl.String)
+        task = pl.coalesce(pl.col("task_id"), index, rollout_id)
+    repeat = pl.coalesce(pl.col("rollout_index").cast(pl.String), rollout_id)
+    unit = task if by == "task" else task + pl.lit("#") + repeat
+    return base.with_columns(task.alias("task"), unit.alias("unit"))
+
+
+def _unmatched(base: pl.DataFrame, shared: set[str], by: str) -> tuple[str, ...]:
+    alone = base.filter(~pl.col("unit").is_in(list(shared)))
+    column = "task" if by == "task" else "rollout_id"
+    return tuple(sorted(set(alone[column].to_list())))
+
+
+def _sample(calls: pl.DataFrame, kept: pl.DataFrame, tasks: list[str]) -> Sample:
+    numbers = pl.DataFrame(
+        {"task": tasks, CLUSTER: range(len(tasks))},
+        schema={"task": pl.String(), CLUSTER: pl.UInt32()},
+    )
+    rollouts = kept.join(numbers, on="task").select("rollout_id", CLUSTER, "num_gaps")
+    mine = calls.join(rollouts.select("rollout_id"), on="rollout_id", how="semi")
+    return Sample(rollouts, mine, len(tasks))
+
+
+# -- the table -----------------------------------------------------------------------------
+
+
+def _summarise(
+    estimates: Estimates, metrics: Sequence[Metric], confidence: float, tasks_a: int, tasks_b: int
+) -> pl.DataFrame:
+    reps = estimates.replicates
+    original = reps.filter(pl.col(BOOT) == -1).row(0, named=True)
+    resampled = reps.filter(pl.col(BOOT) >= 0)
+    intervals: dict[str, tuple[float | None, ...]] = {}
+    if resampled.height > 0 and min(tasks_a, tasks_b) >= 2:
+        intervals = difference_intervals(resampled, [m.name for m in metrics], confidence)
+    rows = []
+    for m in metrics:
+        a_name, b_name = f"a|{m.name}", f"b|{m.name}"
+        value_a, value_b = original[a_name], original[b_name]
+        change = value_b - value_a if value_a is not None and value_b is not None else None
+        rel = change / value_a if change is not None and value_a else None
+        low, high, rel_low, rel_high = intervals.get(m.name, (None,) * 4)
+        if change is None:
+            low = high = None
+        if rel is None:
+            rel_low = rel_high = None
+        n_a, n_b = estimates.n.get(a_name, 0), estimates.n.get(b_name, 0)
+        rows.append(
+            {
+                "metric": m.name,
+                "per": m.per,
+                "unit": m.unit,
+                "value_a": value_a,
+                "value_b": value_b,
+                "diff": change,
+                "rel_diff": rel,
+                "ci_low": low,
+                "ci_high": high,
+                "rel_ci_low": rel_low,
+                "rel_ci_high": rel_high,
+                "ci_excludes_zero": _excludes_zero(low, high),
+                "n_a": n_a,
+                "n_b": n_b,
+                "coverage_a": _share(n_a, estimates.eligible.get(a_name, 0)),
+                "coverage_b": _share(n_b, estimates.eligible.get(b_name, 0)),
+                "tasks_a": tasks_a,
+                "tasks_b": tasks_b,
+            }
+        )
+    return pl.DataFrame(rows, schema=DIFF_SCHEMA)
+
+
+def _excludes_zero(low: float | None, high: float | None) -> bool | None:
+    if low is None or high is None:
+        return None
+    return low > 0 or high < 0
+
+
+def _share(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
+
+
+def _short(label: str, width: int = 11) -> str:
+    return label if len(label) <= width else label[: width - 1] + "…"
+
+
+def _num(value: float | None, unit: str, *, sign: bool = False) -> str:
+    if value is None:
+        return "unknown"
+    plus = "+" if sign else ""
+    if unit == "share":  # a difference of shares is in percentage points
+        return f"{value * 100:+.2f} pp" if sign else f"{value:.2%}"
+    return f"{value:{plus},.1f}" if unit in ("tokens", "ms") else f"{value:{plus},.2f}"
+
+
+def _pct(value: float | None, *, sign: bool = True) -> str:
+    if value is None:
+        return "unknown"
+    return f"{value:+.1%}" if sign else f"{value:.0%}"
+
+
+def _abs_interval(row: dict[str, Any]) -> str:
+    if row["ci_low"] is None:
+        return "no interval"
+    low, high = (_num(row[k], row["unit"], sign=True) for k in ("ci_low", "ci_high"))
+    return f"[{low}, {high}]"
+
+
+def _only_line(label: str, only: tuple[str, ...], excluded: int, *, by: str, paired: bool) -> str:
+    what = "tasks" if by == "task" else "rollouts"
+    if not only:
+        return f"only in {label}: none"
+    shown = ", ".join(only[:8]) + (f", … ({len(only) - 8} more)" if len(only) > 8 else "")
+    fate = f"left out ({excluded} rollouts)" if paired else "compared unpaired"
+    return f"only in {label}: {len(only)} {what}, {fate}: {shown}"

@@ -1,0 +1,465 @@
+"""Per-rollout call timeline: one bar per call, one lane per concurrent call.
+
+``timeline(run, rollout_id)`` draws every call of a rollout as a horizontal bar from
+``started_at`` to ``completed_at`` (milliseconds since the rollout's first call started), in
+lanes assigned by :func:`assign_lanes` so that overlapping calls never share one. The TTFT point
+sits inside each streamed call's bar, bars are coloured by ``outcome``, idle spans (no call in
+flight) are shaded, and the rollout's gaps are listed on the chart.
+
+Example::
+
+    import ngcapture_viz as ngv
+
+    run = ngv.open_run("results/demo/ckpt-100/model-calls", "results/demo/ckpt-100/rollouts.jsonl")
+    fig = ngv.timeline(run, run.rollouts["rollout_id"][0])
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from typing import Any, Final
+
+import plotly.graph_objects as go
+import polars as pl
+from plotly.colors import qualitative
+
+from ngcapture_viz.frames.gaps import AnalysisGap
+from ngcapture_viz.run import CaptureRun
+
+__all__ = ["CAUSALITY_NOTE", "OUTCOME_COLORS", "assign_lanes", "outcome_color", "timeline"]
+
+CAUSALITY_NOTE: Final = (
+    "Call order and timestamps do not prove causality: a call that starts after another "
+    "did not necessarily use its output."
+)
+
+OUTCOME_COLORS: Final[Mapping[str, str]] = {
+    "ok": "#2ca02c",
+    "length": "#ff7f0e",
+    "stream_truncated": "#e377c2",
+    "incomplete": "#bcbd22",
+    "timeout": "#d62728",
+    "rate_limit": "#9467bd",
+    "auth": "#8c564b",
+    "not_found": "#7f7f7f",
+    "client_error": "#e7969c",
+    "upstream_error": "#a50f15",
+    "connection": "#17becf",
+    "exception": "#393b79",
+    "capture_parse_error": "#636363",
+}
+
+_MANY_CALLS: Final = 40  # above this: no per-bar text, no bar outlines
+_MAX_GAP_LINES: Final = 8
+_MAX_UNPLACED_LINES: Final = 5
+_NOT_REPORTED: Final = "not reported"
+
+
+def outcome_color(outcome: str | None) -> str:
+    """The colour of an outcome (``ok``, an error category, ``length``); stable for new ones.
+
+    Example:
+        >>> outcome_color("ok")
+        '#2ca02c'
+    """
+    key = outcome if outcome is not None else "unknown"
+    if key in OUTCOME_COLORS:
+        return OUTCOME_COLORS[key]
+    palette = qualitative.Dark24
+    return str(palette[sum(key.encode()) % len(palette)])
+
+
+def assign_lanes(calls: pl.DataFrame) -> pl.DataFrame:
+    """Add an Int64 ``lane`` column: overlapping calls never share a lane.
+
+    Greedy interval partitioning in ``started_at`` order, each call taking the lowest free lane;
+    a lane frees when its call completes (a call starting exactly then may reuse it). The number
+    of lanes equals the maximum number of calls in flight at once. Calls without ``started_at``
+    or ``completed_at``, or completed before they started, cannot be placed: their lane is null.
+    Row order is kept.
+
+    Example:
+        >>> from datetime import datetime, UTC
+        >>> t = [datetime(2026, 1, 1, 0, 0, s, tzinfo=UTC) for s in range(4)]
+        >>> calls = pl.DataFrame({"started_at": [t[0], t[1], t[2]],
+        ...                       "completed_at": [t[2], t[3], t[3]]})
+        >>> assign_lanes(calls)["lane"].to_list()
+        [0, 1, 0]
+    """
+    starts = calls["started_at"].dt.epoch("us").to_list()
+    ends = calls["completed_at"].dt.epoch("us").to_list()
+    placeable = [
+        i
+        for i, (s, e) in enumerate(zip(starts, ends, strict=True))
+        if s is not None and e is not None and e >= s
+    ]
+    placeable.sort(key=lambda i: (starts[i], ends[i], i))
+    lanes: list[int | None] = [None] * calls.height
+    busy: list[tuple[int, int]] = []  # (completed_at, lane) of calls in flight
+    free: list[int] = []
+    for i in placeable:
+        while busy and busy[0][0] <= starts[i]:
+            heapq.heappush(free, heapq.heappop(busy)[1])
+        lane = heapq.heappop(free) if free else len(busy)
+        heapq.heappush(busy, (ends[i], lane))
+        lanes[i] = lane
+    return calls.with_columns(pl.Series("lane", lanes, dtype=pl.Int64))
+
+
+def timeline(run: CaptureRun, rollout_id: str, *, run_label: str | None = None) -> go.Figure:
+    """The calls of one rollout on a time axis, one lane per concurrent call.
+
+    The x axis is milliseconds since the rollout's first call started: a bar's ``base`` is its
+    start and its ``x`` its duration. Hover shows model, dialect, tokens (``not reported`` when
+    unknown, never 0), finish reason, tool calls, latency and TTFT. Each bar's ``customdata`` is
+    ``[model_call_id, call_index]`` (for ``run.payload``).
+
+    Args:
+        run: an opened run (or a stack of runs).
+        rollout_id: the rollout to draw.
+        run_label: which run of a stack, when the rollout id occurs in several.
+
+    Raises:
+        KeyError: unknown rollout id (the message names some valid ones) or run label.
+        ValueError: the rollout id occurs in several stacked runs and no ``run_label`` was given.
+
+    Example:
+        >>> fig = timeline(run, "0-0")  # doctest: +SKIP
+        >>> fig.data[0].base  # doctest: +SKIP
+    """
+    calls, gaps, label = _select(run, rollout_id, run_label)
+    laned = assign_lanes(calls)
+    placed = laned.filter(pl.col("lane").is_not_null()).sort("started_at", "call_index")
+    unplaced = laned.filter(pl.col("lane").is_null()).sort("call_index")
+    placed = placed.with_columns(
+        _ms_since(pl.col("started_at"), pl.col("started_at").min()).alias("_start_ms"),
+        _ms_since(pl.col("completed_at"), pl.col("started_at")).alias("_duration_ms"),
+    )
+    num_lanes = max(placed["lane"].n_unique(), 1)  # lanes are 0..k-1
+    idle = _idle_spans(placed)
+    fig = go.Figure()
+    _add_idle(fig, idle, num_lanes)
+    _add_bars(fig, placed)
+    _add_ttft(fig, placed)
+    _add_damaged_markers(fig, gaps, placed)
+    notes = [("causality", CAUSALITY_NOTE)]
+    if unplaced.height:
+        notes.append(("unplaced", _unplaced_note(unplaced)))
+    if gaps.height:
+        notes.append(("gaps", _gaps_note(gaps)))
+    if not placed.height:
+        notes.append(("empty", "No captured call of this rollout has both timestamps."))
+    bottom = _add_notes(fig, notes)
+    origin = placed["started_at"].min()
+    run_part = f" · run {label}" if label is not None else ""
+    fig.update_layout(
+        title={
+            "text": f"Rollout {rollout_id}{run_part}",
+            "subtitle": {"text": _subtitle(placed, num_lanes, idle, gaps.height)},
+        },
+        height=min(900, 260 + 28 * num_lanes) + bottom,
+        margin={"b": bottom, "t": 90},
+    )
+    _style_axes(fig, num_lanes, origin)
+    return fig
+
+
+# -- selection ------------------------------------------------------------------------------
+
+
+def _select(
+    run: CaptureRun, rollout_id: str, run_label: str | None
+) -> tuple[pl.DataFrame, pl.DataFrame, str | None]:
+    """The calls and gaps of one rollout of one run, and that run's label."""
+    calls, gaps, rollouts = run.calls, run.gaps, run.rollouts
+    if run_label is not None:
+        if run_label not in run.labels:
+            raise KeyError(f"no run labelled {run_label!r}; runs: {run.labels}")
+        calls, gaps, rollouts = (
+            f.filter(pl.col("run").cast(pl.String) == run_label) for f in (calls, gaps, rollouts)
+        )
+    is_it = pl.col("rollout_id") == rollout_id
+    owners = sorted(
+        set(calls.filter(is_it)["run"].cast(pl.String).to_list())
+        | set(rollouts.filter(is_it)["run"].cast(pl.String).to_list())
+        | set(gaps.filter(is_it)["run"].cast(pl.String).to_list())
+    )
+    if not owners:
+        known = rollouts["rollout_id"].unique(maintain_order=True)
+        if known.len() == 0:
+            known = calls["rollout_id"].unique(maintain_order=True)
+        where = f" in run {run_label!r}" if run_label is not None else ""
+        examples = ", ".join(repr(r) for r in known.head(5).to_list()) or "none"
+        raise KeyError(
+            f"no rollout {rollout_id!r}{where}; valid ids include {examples} ({known.len()} in all)"
+        )
+    if len(owners) > 1:
+        raise ValueError(
+            f"rollout {rollout_id!r} occurs in runs {owners}; pass run_label= to pick one"
+        )
+    mine = is_it & (pl.col("run").cast(pl.String) == owners[0])
+    return calls.filter(mine), gaps.filter(mine), owners[0]
+
+
+def _ms_since(column: pl.Expr, origin: pl.Expr) -> pl.Expr:
+    return (column - origin).dt.total_microseconds().cast(pl.Float64) / 1000.0
+
+
+# -- traces ---------------------------------------------------------------------------------
+
+
+def _idle_spans(placed: pl.DataFrame) -> list[tuple[float, float]]:
+    """Spans (ms) between the first start and the last completion with no call in flight."""
+    spans: list[tuple[float, float]] = []
+    if not placed.height:
+        return spans
+    rows = sorted(zip(placed["_start_ms"].to_list(), placed["_duration_ms"].to_list(), strict=True))
+    reach = rows[0][0] + rows[0][1]
+    for start, duration in rows[1:]:
+        if start > reach:
+            spans.append((reach, start))
+        reach = max(reach, start + duration)
+    return spans
+
+
+def _add_idle(fig: go.Figure, idle: list[tuple[float, float]], num_lanes: int) -> None:
+    if not idle:
+        return
+    low, high = -0.5, num_lanes - 0.5
+    xs: list[float | None] = []
+    ys: list[float | None] = []
+    for start, end in idle:
+        xs += [start, end, end, start, start, None]
+        ys += [low, low, high, high, low, None]
+    fig.add_trace(
+        go.Scatter(
+            x=xs,
+            y=ys,
+            fill="toself",
+            mode="lines",
+            line={"width": 0},
+            fillcolor="rgba(120,120,120,0.15)",
+            name=f"idle, no call in flight ({_fmt_ms(sum(e - s for s, e in idle))})",
+            legendgroup="idle",
+            hoveron="fills",
+            hoverinfo="name",
+            meta={"kind": "idle"},
+        )
+    )
+
+
+def _add_bars(fig: go.Figure, placed: pl.DataFrame) -> None:
+    many = placed.height > _MANY_CALLS
+    outcomes = placed["outcome"].cast(pl.String).fill_null("unknown")
+    placed = placed.with_columns(outcomes.alias("_outcome"))
+    order = sorted(set(outcomes.to_list()), key=lambda o: (o != "ok", o))
+    for outcome in order:
+        part = placed.filter(pl.col("_outcome") == outcome)
+        rows = part.to_dicts()
+        fig.add_trace(
+            go.Bar(
+                orientation="h",
+                y=part["lane"].to_list(),
+                base=part["_start_ms"].to_list(),
+                x=part["_duration_ms"].to_list(),
+                width=0.8,
+                name=outcome,
+                legendgroup=outcome,
+                marker={
+                    "color": outcome_color(outcome),
+                    "line": {"width": 0 if many else 0.5, "color": "white"},
+                },
+                text=None if many else [f"#{r['call_index']}" for r in rows],
+                textposition="inside",
+                insidetextanchor="middle",
+                customdata=[[r["model_call_id"], r["call_index"]] for r in rows],
+                hovertext=[_hover(r) for r in rows],
+                hovertemplate="%{hovertext}<extra></extra>",
+                meta={"kind": "calls", "outcome": outcome},
+            )
+        )
+
+
+def _add_ttft(fig: go.Figure, placed: pl.DataFrame) -> None:
+    streamed = placed.filter(pl.col("stream") & pl.col("latency_ttft_ms").is_not_null())
+    if not streamed.height:
+        return
+    many = placed.height > _MANY_CALLS
+    fig.add_trace(
+        go.Scatter(
+            x=(streamed["_start_ms"] + streamed["latency_ttft_ms"]).to_list(),
+            y=streamed["lane"].to_list(),
+            mode="markers",
+            marker={
+                "symbol": "line-ns",
+                "size": 8 if many else 14,
+                "line": {"width": 2, "color": "black"},
+            },
+            name="first token (TTFT)",
+            legendgroup="ttft",
+            customdata=[[m, i] for m, i in streamed.select("model_call_id", "call_index").rows()],
+            hovertext=[
+                f"call #{i}: first token after {_fmt_ms(t)}"
+                for i, t in streamed.select("call_index", "latency_ttft_ms").rows()
+            ],
+            hovertemplate="%{hovertext}<extra></extra>",
+            meta={"kind": "ttft"},
+        )
+    )
+
+
+def _add_damaged_markers(fig: go.Figure, gaps: pl.DataFrame, placed: pl.DataFrame) -> None:
+    """Damaged lines sit where they were written: after the readable line before them."""
+    damaged = gaps.filter(
+        (pl.col("code").cast(pl.String) == AnalysisGap.DAMAGED_LINE.value)
+        & pl.col("call_index").is_not_null()
+    )
+    if not damaged.height:
+        return
+    ends = {i: s + d for i, s, d in placed.select("call_index", "_start_ms", "_duration_ms").rows()}
+    xs: list[float] = []
+    texts: list[str] = []
+    for row in damaged.iter_rows(named=True):
+        before = [i for i in ends if i < row["call_index"]]
+        xs.append(ends[max(before)] if before else 0.0)
+        texts.append(
+            f"damaged line {row['line_number']} of {row['path']} (call_index "
+            f"{row['call_index']}): {row['detail'] or ''}<br>placed after the readable line "
+            "written before it (position approximate)"
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=xs,
+            y=[-0.5] * len(xs),
+            mode="markers",
+            marker={"symbol": "x", "size": 12, "color": "#d62728"},
+            name="damaged capture line",
+            legendgroup="damaged",
+            hovertext=texts,
+            hovertemplate="%{hovertext}<extra></extra>",
+            meta={"kind": "damaged"},
+        )
+    )
+
+
+# -- text -----------------------------------------------------------------------------------
+
+
+def _hover(row: Mapping[str, Any]) -> str:
+    def known(value: Any) -> str:
+        return _NOT_REPORTED if value is None else f"{value:,}"
+
+    tools = row["tool_names"] or []
+    ttft = row["latency_ttft_ms"]
+    if ttft is None:
+        ttft_text = _NOT_REPORTED if row["stream"] else "n/a (not streamed)"
+    else:
+        ttft_text = _fmt_ms(ttft)
+    latency = row["latency_total_ms"]
+    lines = [
+        f"<b>call #{row['call_index']}</b> · {row['_outcome']}",
+        f"model: {row['model'] or _NOT_REPORTED} · dialect: {row['dialect']}"
+        f" · stream: {row['stream']}",
+        f"tokens in: {known(row['tokens_in'])} · out: {known(row['tokens_out'])}"
+        f" · reasoning: {known(row['tokens_reasoning'])} · cached: {known(row['cached_tokens'])}",
+        f"finish reason: {row['finish_reason'] or _NOT_REPORTED}",
+        f"tool calls: {', '.join(tools) if tools else 'none'}",
+        f"latency: {_NOT_REPORTED if latency is None else _fmt_ms(latency)} · TTFT: {ttft_text}",
+        f"start +{_fmt_ms(row['_start_ms'])} · "
+        f"end +{_fmt_ms(row['_start_ms'] + row['_duration_ms'])}",
+        f"call_index: {row['call_index']} · model_call_id: {row['model_call_id']}",
+    ]
+    if row["error_category"] is not None:
+        lines.append(f"error: {row['error_category']} {row['error_code'] or ''}".rstrip())
+    if row["source"] == "attachment":
+        lines.append("source: rollout attachment (no payload)")
+    return "<br>".join(lines)
+
+
+def _unplaced_note(unplaced: pl.DataFrame) -> str:
+    listed = [
+        f"#{i} ({m})"
+        for i, m in unplaced.select("call_index", "model_call_id").head(_MAX_UNPLACED_LINES).rows()
+    ]
+    more = unplaced.height - len(listed)
+    tail = f" and {more} more" if more > 0 else ""
+    return (
+        f"{unplaced.height} call(s) not drawn (no start/end time, or ended before starting): "
+        + ", ".join(listed)
+        + tail
+    )
+
+
+def _gaps_note(gaps: pl.DataFrame) -> str:
+    lines = [f"<b>{gaps.height} gap(s) in this rollout's evidence:</b>"]
+    for row in gaps.head(_MAX_GAP_LINES).iter_rows(named=True):
+        where = f" (line {row['line_number']})" if row["line_number"] is not None else ""
+        lines.append(f"{row['code']}{where}: {row['detail'] or ''}")
+    if gaps.height > _MAX_GAP_LINES:
+        lines.append(f"… and {gaps.height - _MAX_GAP_LINES} more (see gap_report)")
+    return "<br>".join(lines)
+
+
+def _fmt_ms(ms: float) -> str:
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.2f} s"
+    minutes, seconds = divmod(ms / 1000, 60)
+    return f"{minutes:.0f} min {seconds:.0f} s"
+
+
+def _subtitle(
+    placed: pl.DataFrame, num_lanes: int, idle: list[tuple[float, float]], num_gaps: int
+) -> str:
+    ends = (placed["_start_ms"] + placed["_duration_ms"]).max()
+    wall = float(ends) if isinstance(ends, float) else 0.0
+    idle_ms = sum(end - start for start, end in idle)
+    share = f" ({100 * idle_ms / wall:.0f}%)" if wall else ""
+    return (
+        f"{placed.height} call(s) · {num_lanes} lane(s) · wall {_fmt_ms(wall)} · "
+        f"idle {_fmt_ms(idle_ms)}{share} · {num_gaps} gap(s)"
+    )
+
+
+def _add_notes(fig: go.Figure, notes: list[tuple[str, str]]) -> int:
+    """Notes stacked under the x axis; returns the bottom margin they need."""
+    above = 0
+    for name, text in notes:
+        fig.add_annotation(
+            name=name,
+            text=text,
+            xref="paper",
+            yref="paper",
+            x=0,
+            y=0,
+            yshift=-50 - 16 * above,
+            xanchor="left",
+            yanchor="top",
+            align="left",
+            showarrow=False,
+            font={"size": 11, "color": "#444"},
+        )
+        above += text.count("<br>") + 1
+    return 70 + 16 * above
+
+
+def _style_axes(fig: go.Figure, num_lanes: int, origin: Any) -> None:
+    start = origin.isoformat() if origin is not None else "n/a"
+    fig.update_layout(
+        barmode="overlay",
+        legend={"title": {"text": "outcome"}},
+        hoverlabel={"align": "left"},
+        xaxis={
+            "title": {"text": f"ms since the first call started ({start})"},
+            "rangemode": "tozero",
+        },
+        yaxis={
+            "title": {"text": "lane (calls in flight together)"},
+            "autorange": "reversed",
+            "tickmode": "linear" if num_lanes <= 30 else "auto",
+            "dtick": 1,
+            "zeroline": False,
+        },
+    )

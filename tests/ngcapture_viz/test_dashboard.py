@@ -1,0 +1,265 @@
+"""The dashboard tables equal independent Polars computations, and the figures plot the tables."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import plotly.graph_objects as go
+import polars as pl
+import pytest
+
+import ngcapture_viz as ngv
+from capture_core.testing import RunSpec, write_run
+from ngcapture_viz.dashboard import dashboard
+from ngcapture_viz.frames import CALLS
+from ngcapture_viz.stats import (
+    ANY_ERROR,
+    PERCENTILES,
+    TOKEN_METRICS,
+    error_rates,
+    latency_percentiles,
+    throughput_summary,
+    token_histogram,
+    token_summary,
+)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[ngv.CaptureRun, ngv.CaptureRun]:
+    root: Path = tmp_path_factory.mktemp("dash")
+    opened = []
+    for label, seed, scale in (("a", 1, 1.0), ("b", 2, 1.3)):
+        spec = RunSpec(tasks=25, repeats=2, calls=(1, 6), seed=seed, latency_scale=scale)
+        written = write_run(root / label, spec)
+        opened.append(ngv.open_run(written.capture_dir, written.rollouts, label=label, index=False))
+    return opened[0], opened[1]
+
+
+@pytest.fixture(scope="module")
+def stacked(runs: tuple[ngv.CaptureRun, ngv.CaptureRun]) -> ngv.CaptureRun:
+    return ngv.stack_runs(list(runs))
+
+
+def _group_filter(row: dict[str, object], keys: list[str]) -> pl.Expr:
+    expr = pl.lit(True)
+    for key in keys:
+        value = row[key]
+        column = pl.col(key).cast(pl.String)
+        expr = expr & (column.is_null() if value is None else column == value)
+    return expr
+
+
+def test_latency_percentiles_equal_polars_quantiles(stacked: ngv.CaptureRun) -> None:
+    calls = stacked.calls
+    keys = ["run", "model", "dialect"]
+    table = latency_percentiles(calls)
+    assert table.height == 2 * calls.select(keys).unique().height
+    for row in table.iter_rows(named=True):
+        group = calls.filter(_group_filter(row, keys))
+        values = group[row["metric"]].drop_nulls()
+        assert row["n_calls"] == group.height
+        assert row["n_reported"] == values.len()
+        assert row["coverage"] == pytest.approx(values.len() / group.height)
+        streamed = group.filter(pl.col("stream"))
+        assert row["n_streamed"] == streamed.height
+        assert row["n_reported_streamed"] == streamed[row["metric"]].is_not_null().sum()
+        for name, q in PERCENTILES.items():
+            assert row[name] == values.quantile(q, interpolation="linear"), (row, name)
+        assert row["mean"] == pytest.approx(values.mean())
+
+
+def test_token_coverage_counts_what_was_reported(stacked: ngv.CaptureRun) -> None:
+    calls = stacked.calls
+    table = token_summary(calls, by=("run",))
+    assert table.schema["sum"] == pl.Int64 and table.schema["coverage"] == pl.Float64
+    partial = 0
+    for row in table.iter_rows(named=True):
+        values = calls.filter(pl.col("run") == row["run"])[row["metric"]]
+        assert row["n_reported"] == values.is_not_null().sum()
+        assert row["sum"] == values.sum()
+        expected = values.drop_nulls().quantile(0.95, interpolation="linear")
+        assert row["p95"] == pytest.approx(expected, rel=1e-12)  # int → float rounding only
+        partial += row["coverage"] < 1
+    # the synthetic runs leave some counts unreported: coverage must show it
+    assert partial > 0
+    reasoning = table.filter(pl.col("metric") == "tokens_reasoning")["n_reported"].sum()
+    assert reasoning == calls["tokens_reasoning"].is_not_null().sum() < calls.height
+
+
+def test_group_that_reported_nothing_is_null_not_zero() -> None:
+    calls = CALLS.from_rows(
+        [
+            {"run": "a", "model": "m1", "tokens_reasoning": 7, "latency_total_ms": 10.0},
+            {"run": "a", "model": "m1", "tokens_reasoning": None, "latency_total_ms": 30.0},
+            {"run": "a", "model": "m2", "tokens_reasoning": None, "output_tokens_per_s": None},
+        ]
+    )
+    tokens = token_summary(calls, by=("model",)).filter(pl.col("metric") == "tokens_reasoning")
+    assert tokens.select("model", "n_calls", "n_reported", "coverage", "sum").rows() == [
+        ("m1", 2, 1, 0.5, 7),
+        ("m2", 1, 0, 0.0, None),
+    ]
+    assert tokens.filter(pl.col("model") == "m2")[["mean", "p50", "p95"]].row(0) == (None,) * 3
+    latency = latency_percentiles(calls, by=("model",))
+    m2 = latency.filter((pl.col("model") == "m2") & (pl.col("metric") == "latency_total_ms"))
+    assert (
+        m2.select("n_reported", "coverage", "p50", "p99", "mean").row(0) == (0, 0.0) + (None,) * 3
+    )
+    m1 = latency.filter((pl.col("model") == "m1") & (pl.col("metric") == "latency_total_ms"))
+    assert m1.select("p50", "p90", "mean").row(0) == pytest.approx((20.0, 28.0, 20.0))
+    speed = throughput_summary(calls, by=("model",))
+    assert speed.select("n_reported", "p50").rows() == [(0, None), (0, None)]
+
+
+def test_error_rates_count_each_category(stacked: ngv.CaptureRun) -> None:
+    calls = stacked.calls
+    table = error_rates(calls, by=("run",))
+    for row in table.iter_rows(named=True):
+        run_calls = calls.filter(pl.col("run") == row["run"])
+        failed = run_calls["error_category"].cast(pl.String)
+        expected = (
+            failed.is_not_null().sum()
+            if row["error_category"] == ANY_ERROR
+            else (failed == row["error_category"]).sum()
+        )
+        assert (row["calls"], row["errors"]) == (run_calls.height, expected)
+        assert row["rate"] == pytest.approx(expected / run_calls.height)
+    assert table.filter(pl.col("error_category") != ANY_ERROR)["errors"].sum() == (
+        calls["error_category"].is_not_null().sum()
+    )
+
+
+def test_unknown_group_column_is_refused(stacked: ngv.CaptureRun) -> None:
+    with pytest.raises(ValueError, match="nope"):
+        latency_percentiles(stacked.calls, by=("run", "nope"))
+
+
+def test_token_figure_bars_equal_histogram_with_coverage_titles(stacked: ngv.CaptureRun) -> None:
+    dash = dashboard(stacked)
+    fig, histogram = dash.figures["tokens"], dash.tables["token_histogram"]
+    calls = stacked.calls
+    titles = [a.text for a in fig.layout.annotations]
+    for metric, title in zip(TOKEN_METRICS, titles, strict=True):
+        n = calls[metric].is_not_null().sum()
+        assert title == f"{metric} (reported by {n:,} / {calls.height:,} calls)"
+    traces = iter(fig.data)
+    for metric in TOKEN_METRICS:
+        for run in ("a", "b"):
+            trace = next(traces)
+            assert trace.name == run
+            rows = histogram.filter((pl.col("metric") == metric) & (pl.col("run") == run))
+            assert list(trace.x) == rows["bin_start"].to_list()
+            assert list(trace.y) == rows["count"].to_list()
+            reported = calls.filter(pl.col("run") == run)[metric].is_not_null().sum()
+            assert sum(trace.y) == reported
+
+
+def test_token_histogram_bins_hold_every_reported_value(stacked: ngv.CaptureRun) -> None:
+    histogram = token_histogram(stacked.calls, ("tokens_out",), bins=7)
+    values = stacked.calls.filter(pl.col("run") == "a")["tokens_out"].drop_nulls()
+    rows = histogram.filter(pl.col("run") == "a")
+    for row in rows.iter_rows(named=True):
+        inside = ((values >= row["bin_start"]) & (values < row["bin_end"])).sum()
+        assert inside == row["count"]
+    assert rows["count"].sum() == values.len()
+
+
+def test_latency_figure_plots_the_percentile_table(stacked: ngv.CaptureRun) -> None:
+    dash = dashboard(stacked)
+    table, fig = dash.tables["latency"], dash.figures["latency"]
+    assert [t.name for t in fig.data] == [*PERCENTILES] * 2
+    for i, metric in enumerate(("latency_total_ms", "latency_ttft_ms")):
+        rows = table.filter(pl.col("metric") == metric)
+        for j, name in enumerate(PERCENTILES):
+            trace = fig.data[i * 4 + j]
+            assert list(trace.y) == rows[name].to_list()
+            assert [list(c) for c in trace.customdata] == [
+                list(r) for r in rows.select("n_reported", "n_calls").rows()
+            ]
+        first = rows.row(0, named=True)
+        assert fig.data[i * 4].x[0] == (
+            f"{first['run']} · {first['model']} · {first['dialect']}"
+            f"<br>{first['n_reported']:,}/{first['n_calls']:,} reported"
+        )
+
+
+def test_stacked_runs_get_one_trace_per_run(
+    runs: tuple[ngv.CaptureRun, ngv.CaptureRun], stacked: ngv.CaptureRun
+) -> None:
+    from_list = dashboard(list(runs))
+    from_stack = dashboard(stacked)
+    assert from_list.tables["latency"].equals(from_stack.tables["latency"])
+    errors, table = from_list.figures["errors"], from_list.tables["errors"]
+    assert [t.name for t in errors.data] == ["a", "b"]
+    for trace in errors.data:
+        rows = table.filter(pl.col("run") == trace.name)
+        expected = dict(zip(rows["error_category"], rows["rate"], strict=True))
+        assert dict(zip(trace.x, trace.y, strict=True)) == expected
+    over_time, buckets = from_list.figures["over_time"], from_list.tables["over_time"]
+    assert [t.name for t in over_time.data] == ["a", "a", "b", "b"]
+    for run, calls_trace, tokens_trace in (
+        ("a", over_time.data[0], over_time.data[1]),
+        ("b", over_time.data[2], over_time.data[3]),
+    ):
+        run_calls = stacked.calls.filter(pl.col("run") == run)
+        assert sum(calls_trace.y) == run_calls.height
+        assert (
+            list(tokens_trace.y) == buckets.filter(pl.col("run") == run)["tokens_total"].to_list()
+        )
+        assert sum(y for y in tokens_trace.y if y is not None) == run_calls["tokens_total"].sum()
+    reward = from_list.figures["reward"]
+    scatter = [t for t in reward.data if isinstance(t, go.Scattergl)]
+    assert [t.name for t in scatter] == ["a", "b"] * 3
+
+
+def test_throughput_figure_plots_the_table(stacked: ngv.CaptureRun) -> None:
+    dash = dashboard(stacked)
+    table, fig = dash.tables["throughput"], dash.figures["throughput"]
+    assert list(fig.data[0].y) == table["p50"].to_list()
+    assert list(fig.data[1].y) == table["p95"].to_list()
+    reported = stacked.calls["output_tokens_per_s"].is_not_null().sum()
+    assert table["n_reported"].sum() == reported
+
+
+def test_reward_scatter_matches_rollouts_and_samples_above_cap(stacked: ngv.CaptureRun) -> None:
+    full = dashboard(stacked).figures["reward"]
+    rollouts = stacked.rollouts.filter(pl.col("run") == "a")
+    trace = next(t for t in full.data if t.name == "a" and t.xaxis == "x")
+    known = rollouts.filter(pl.col("reward").is_not_null() & pl.col("tokens_total").is_not_null())
+    assert sorted(zip(trace.x, trace.y, strict=True)) == sorted(
+        known.select("tokens_total", "reward").rows()
+    )
+    mean_line = next(t for t in full.data if t.name == "a mean reward" and t.xaxis == "x")
+    assert list(mean_line.x) == sorted(mean_line.x)
+    assert sum(mean_line.customdata) == known.height
+    weighted = sum(y * n for y, n in zip(mean_line.y, mean_line.customdata, strict=True))
+    assert weighted / known.height == pytest.approx(known["reward"].mean())
+    capped = dashboard(stacked, max_points=20).figures["reward"]
+    scatter = [t for t in capped.data if isinstance(t, go.Scattergl)]
+    assert len(scatter) == 6
+    assert all(len(t.x) == 10 for t in scatter)  # 20 points shared by two runs
+    assert all(len(t.x) <= 10 for t in capped.data)  # the mean lines: ten slices each
+
+
+def _points(trace: go.Figure) -> int:
+    return max(len(getattr(trace, axis) or ()) for axis in ("x", "y"))
+
+
+def test_100k_calls_build_fast_without_a_marker_per_call(runs: tuple[ngv.CaptureRun, ...]) -> None:
+    base = runs[0]
+    n = 100_000
+    calls = pl.concat([base.calls] * (n // base.calls.height + 1)).head(n)
+    rollouts = pl.concat([base.rollouts] * (n // base.rollouts.height + 1)).head(n // 3)
+    big = ngv.CaptureRun(
+        "a", calls=calls, rollouts=rollouts, gaps=base.gaps, tool_calls=base.tool_calls
+    )
+    started = time.perf_counter()
+    dash = dashboard(big, max_points=5_000)
+    elapsed = time.perf_counter() - started
+    assert elapsed < 15, elapsed  # measured ~0.3 s; generous for a shared box
+    for name, fig in dash.figures.items():
+        for trace in fig.data:
+            assert _points(trace) <= 5_000, (name, trace.name)
+    assert sum(dash.figures["tokens"].data[1].y) == calls["tokens_out"].is_not_null().sum()
+    assert dash.tables["latency"]["n_calls"].sum() == 2 * n

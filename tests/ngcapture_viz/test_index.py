@@ -1,0 +1,300 @@
+"""The sidecar index: incremental refresh by counters, invalidation, relocation, no writes.
+
+Every refresh is checked two ways: its ``IndexStats`` counters (what was reused, appended,
+re-read, how many bytes were parsed) and its frames, which must equal a plain read of the
+directory without any index (``index=False``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import ngcapture_viz as ngv
+from capture_core import CaptureStore
+from capture_core.testing import CaptureLineFactory
+from ngcapture_viz.index import INDEX_DIR_NAME, CaptureIndex, IndexStats
+from tests.ngcapture_viz.conftest import write_capture
+
+ROLLOUT_IDS = [f"{task}-{repeat}" for task in range(3) for repeat in range(2)]
+
+
+def _stats(run: ngv.CaptureRun) -> IndexStats:
+    assert run.index_stats is not None
+    return run.index_stats
+
+
+def _counters(stats: IndexStats) -> tuple[int, ...]:
+    """(files, reused, appended, reread, new, removed)"""
+    return (stats.files, stats.reused, stats.appended, stats.reread, stats.new, stats.removed)
+
+
+def _assert_same_as_plain_read(run: ngv.CaptureRun, capture_dir: Path) -> None:
+    plain = ngv.open_run(capture_dir, label=run.label, index=False)
+    for name in ("calls", "tool_calls", "gaps", "rollouts"):
+        got, expected = getattr(run, name), getattr(plain, name)
+        assert got.schema == expected.schema, name
+        assert got.rows() == expected.rows(), name
+
+
+@pytest.fixture
+def store(capture_dir: Path, line_factory: CaptureLineFactory) -> Path:
+    """Six rollouts of two lines each."""
+    for rollout_id in ROLLOUT_IDS:
+        write_capture(capture_dir, rollout_id, line_factory.lines(2))
+    return capture_dir
+
+
+def test_a_cold_open_builds_the_index_beside_the_store(store: Path) -> None:
+    run = ngv.open_run(store)
+    stats = _stats(run)
+    assert _counters(stats) == (6, 0, 0, 0, 6, 0)
+    assert stats.bytes_parsed == sum(p.stat().st_size for p in store.glob("*.capture.jsonl"))
+    assert stats.location == store / INDEX_DIR_NAME
+    assert (store / INDEX_DIR_NAME / "meta.json").is_file()
+    assert run.calls.height == 12
+    warm = ngv.open_run(store)
+    assert _counters(_stats(warm)) == (6, 6, 0, 0, 0, 0)
+    assert _stats(warm).bytes_parsed == 0
+    _assert_same_as_plain_read(warm, store)
+
+
+def test_appends_parse_only_the_appended_bytes(
+    store: Path, line_factory: CaptureLineFactory
+) -> None:
+    ngv.open_run(store)
+    capture = CaptureStore(store, create=False)
+    appended = 0
+    touched = ["0-1", "1-0", "2-1"]
+    for rollout_id in touched:
+        for line in line_factory.lines(2 if rollout_id == "1-0" else 1):
+            appended += capture.record(rollout_id, line)
+    run = ngv.open_run(store)
+    stats = _stats(run)
+    assert stats.bytes_parsed == appended
+    assert _counters(stats) == (6, 3, 3, 0, 0, 0)
+    counts = dict(run.rollouts.select("rollout_id", "num_calls").rows())
+    assert counts == {"0-0": 2, "0-1": 3, "1-0": 4, "1-1": 2, "2-0": 2, "2-1": 3}
+    appended_rows = run.calls.filter(run.calls["call_index"] >= 2)
+    assert appended_rows.select("rollout_id", "call_index", "line_number").rows() == [
+        ("0-1", 2, 3),
+        ("1-0", 2, 3),
+        ("1-0", 3, 4),
+        ("2-1", 2, 3),
+    ]
+    _assert_same_as_plain_read(run, store)
+    again = ngv.open_run(store)
+    assert (_stats(again).bytes_parsed, _stats(again).reused) == (0, 6)
+
+
+def test_a_rewrite_of_the_same_size_is_reread(
+    store: Path, line_factory: CaptureLineFactory
+) -> None:
+    ngv.open_run(store)
+    path = store / "1-1.capture.jsonl"
+    before = path.stat()
+    content = path.read_bytes()
+    plain = ngv.open_run(store, index=False).calls
+    old_id = plain.filter(plain["rollout_id"] == "1-1")["model_call_id"][0]
+    new_id = "f" * len(old_id)
+    with path.open("r+b") as handle:  # in place: same inode, same size
+        handle.write(content.replace(old_id.encode(), new_id.encode(), 1))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+    assert (path.stat().st_ino, path.stat().st_size) == (before.st_ino, before.st_size)
+    run = ngv.open_run(store)
+    stats = _stats(run)
+    assert _counters(stats) == (6, 5, 0, 1, 0, 0)
+    assert stats.bytes_parsed == before.st_size
+    ids = run.calls.filter(run.calls["rollout_id"] == "1-1")["model_call_id"].to_list()
+    assert ids[0] == new_id and old_id not in run.calls["model_call_id"].to_list()
+    _assert_same_as_plain_read(run, store)
+
+
+def test_a_shorter_file_is_reread(store: Path, line_factory: CaptureLineFactory) -> None:
+    ngv.open_run(store)
+    replacement = next(line_factory.lines(1))
+    path = write_capture(store, "0-0", [replacement])  # truncates, same inode
+    run = ngv.open_run(store)
+    stats = _stats(run)
+    assert _counters(stats) == (6, 5, 0, 1, 0, 0)
+    assert stats.bytes_parsed == path.stat().st_size
+    rows = run.calls.filter(run.calls["rollout_id"] == "0-0")
+    assert rows.select("model_call_id", "call_index").rows() == [(replacement.model_call_id, 0)]
+    _assert_same_as_plain_read(run, store)
+
+
+def test_a_file_replaced_by_rename_is_reread(store: Path, line_factory: CaptureLineFactory) -> None:
+    ngv.open_run(store)
+    path = store / "2-0.capture.jsonl"
+    old_inode = path.stat().st_ino
+    lines = list(line_factory.lines(3))
+    staged = write_capture(store.parent, "staged", lines)
+    os.replace(staged, path)  # a new inode, longer than before
+    assert path.stat().st_ino != old_inode
+    run = ngv.open_run(store)
+    assert _counters(_stats(run)) == (6, 5, 0, 1, 0, 0)
+    assert _stats(run).bytes_parsed == path.stat().st_size
+    rows = run.calls.filter(run.calls["rollout_id"] == "2-0")
+    assert rows["model_call_id"].to_list() == [line.model_call_id for line in lines]
+    _assert_same_as_plain_read(run, store)
+
+
+def test_a_deleted_file_loses_its_rows(store: Path) -> None:
+    ngv.open_run(store)
+    (store / "1-0.capture.jsonl").unlink()
+    run = ngv.open_run(store)
+    assert _counters(_stats(run)) == (5, 5, 0, 0, 0, 1)
+    assert _stats(run).bytes_parsed == 0
+    assert "1-0" not in run.calls["rollout_id"].to_list()
+    assert "1-0" not in run.rollouts["rollout_id"].to_list()
+    assert run.calls.height == 10
+    _assert_same_as_plain_read(run, store)
+
+
+def test_deleting_the_index_is_harmless(store: Path) -> None:
+    first = ngv.open_run(store)
+    for path in (store / INDEX_DIR_NAME).iterdir():
+        path.unlink()
+    (store / INDEX_DIR_NAME).rmdir()
+    rebuilt = ngv.open_run(store)
+    assert _counters(_stats(rebuilt)) == (6, 0, 0, 0, 6, 0)
+    for name in ("calls", "tool_calls", "gaps", "rollouts"):
+        assert getattr(rebuilt, name).rows() == getattr(first, name).rows()
+    assert (store / INDEX_DIR_NAME / "meta.json").is_file()
+
+
+def test_a_damaged_index_is_rebuilt(store: Path) -> None:
+    first = ngv.open_run(store)
+    for path in (store / INDEX_DIR_NAME).glob("calls-*.parquet"):
+        path.write_bytes(b"not parquet")
+    rebuilt = ngv.open_run(store)
+    assert _counters(_stats(rebuilt)) == (6, 0, 0, 0, 6, 0)
+    assert rebuilt.calls.rows() == first.calls.rows()
+
+
+def test_a_torn_tail_completed_later_is_read_whole(
+    capture_dir: Path, line_factory: CaptureLineFactory
+) -> None:
+    a, b, c, d = (line.to_jsonl() for line in line_factory.lines(4))
+    path = write_capture(capture_dir, "0-0", [a, b, c[:50]])
+    first = ngv.open_run(capture_dir)
+    torn = first.gaps.select("code", "call_index", "line_number", "byte_offset").rows()
+    assert [(str(r[0]), *r[1:]) for r in torn] == [("capture_line_damaged", 2, 3, len(a) + len(b))]
+    # Unchanged: only the torn tail is parsed again.
+    same = ngv.open_run(capture_dir)
+    assert (_stats(same).bytes_parsed, _stats(same).appended) == (50, 1)
+    assert same.gaps.rows() == first.gaps.rows()
+    with path.open("ab") as handle:
+        handle.write(c[50:] + d)
+    run = ngv.open_run(capture_dir)
+    assert _stats(run).bytes_parsed == len(c) + len(d)
+    assert run.gaps.height == 0
+    assert run.calls.select("call_index", "line_number", "byte_offset").rows() == [
+        (0, 1, 0),
+        (1, 2, len(a)),
+        (2, 3, len(a) + len(b)),
+        (3, 4, len(a) + len(b) + len(c)),
+    ]
+    assert run.rollouts["num_damaged"].to_list() == [0]
+    _assert_same_as_plain_read(run, capture_dir)
+
+
+def test_a_store_that_cannot_hold_the_index_uses_the_cache_dir(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("NGCAPTURE_CACHE_DIR", str(cache))
+    (store / INDEX_DIR_NAME).write_bytes(b"")  # a file: the index directory cannot be made
+    run = ngv.open_run(store)
+    stats = _stats(run)
+    assert stats.location.parent == cache
+    assert (stats.location / "meta.json").is_file()
+    assert (store / INDEX_DIR_NAME).read_bytes() == b""
+    assert CaptureIndex(store).location() == stats.location
+    warm = ngv.open_run(store)
+    assert (_stats(warm).reused, _stats(warm).bytes_parsed) == (6, 0)
+    assert _stats(warm).location == stats.location
+    _assert_same_as_plain_read(warm, store)
+
+
+def test_without_the_index_nothing_is_written(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("NGCAPTURE_CACHE_DIR", str(cache))
+    before = sorted(p.name for p in store.iterdir())
+    run = ngv.open_run(store, index=False)
+    assert run.calls.height == 12
+    assert sorted(p.name for p in store.iterdir()) == before
+    assert not cache.exists()
+
+
+def test_without_the_index_an_existing_index_is_not_read(store: Path) -> None:
+    ngv.open_run(store)
+    run = ngv.open_run(store, index=False)
+    stats = _stats(run)
+    assert (stats.reused, stats.new) == (0, 6)
+    assert stats.bytes_parsed == sum(p.stat().st_size for p in store.glob("*.capture.jsonl"))
+
+
+def test_an_explicit_index_dir_is_used(store: Path, tmp_path: Path) -> None:
+    place = tmp_path / "elsewhere"
+    run = ngv.open_run(store, index_dir=place)
+    assert _stats(run).location == place and (place / "meta.json").is_file()
+    assert not (store / INDEX_DIR_NAME).exists()
+    warm = ngv.open_run(store, index_dir=place)
+    assert _stats(warm).reused == 6
+
+
+def test_appends_after_blank_and_damaged_lines_keep_counting(
+    capture_dir: Path, line_factory: CaptureLineFactory
+) -> None:
+    a, b, c = (line.to_jsonl() for line in line_factory.lines(3))
+    path = write_capture(capture_dir, "0-0", [a, b"\n", b"{bad\n", b" \t\n", b"[]\n"])
+    first = ngv.open_run(capture_dir)
+    assert first.gaps["call_index"].to_list() == [1, 2]
+    with path.open("ab") as handle:
+        handle.write(b"\n" + b + c)
+    run = ngv.open_run(capture_dir)
+    assert _stats(run).bytes_parsed == 1 + len(b) + len(c)
+    assert _counters(_stats(run)) == (1, 0, 1, 0, 0, 0)
+    assert run.calls.select("call_index", "line_number").rows() == [(0, 1), (3, 7), (4, 8)]
+    assert run.gaps.select("call_index", "line_number").rows() == [(1, 3), (2, 5)]
+    _assert_same_as_plain_read(run, capture_dir)
+
+
+def test_a_same_size_rewrite_in_the_same_mtime_tick_is_reread(
+    capture_dir: Path, line_factory: CaptureLineFactory
+) -> None:
+    line = next(line_factory.lines(1))
+    path = write_capture(capture_dir, "0-0", [line])
+    ngv.open_run(capture_dir)
+    before = path.stat()
+    path.write_bytes(line.to_jsonl().replace(line.model_call_id.encode(), b"f" * 32, 1))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # what a fast rewrite gets
+    run = ngv.open_run(capture_dir)
+    assert run.calls["model_call_id"].to_list() == ["f" * 32]
+
+
+def test_an_unchanged_torn_tail_does_not_rewrite_the_index(
+    capture_dir: Path, line_factory: CaptureLineFactory
+) -> None:
+    a, b = (line.to_jsonl() for line in line_factory.lines(2))
+    write_capture(capture_dir, "0-0", [a])
+    write_capture(capture_dir, "0-1", [a, b[:30]])  # a writer is still on this line
+    ngv.open_run(capture_dir)
+    place = capture_dir / INDEX_DIR_NAME
+    saved = {p.name: p.stat().st_mtime_ns for p in place.iterdir()}
+    for _ in range(2):
+        run = ngv.open_run(capture_dir)
+        assert (_stats(run).bytes_parsed, _stats(run).appended, _stats(run).reused) == (30, 1, 1)
+        assert run.gaps["call_index"].to_list() == [1]
+        assert {p.name: p.stat().st_mtime_ns for p in place.iterdir()} == saved
+    with (capture_dir / "0-1.capture.jsonl").open("ab") as handle:
+        handle.write(b[30:])  # the line is finished: now the index moves on
+    run = ngv.open_run(capture_dir)
+    assert run.gaps.height == 0 and run.calls.height == 3
+    assert {p.name for p in place.iterdir()} != set(saved)
+    _assert_same_as_plain_read(run, capture_dir)
