@@ -1,4 +1,4 @@
-"""The statistics of a checkpoint diff: capture metrics and a task-cluster bootstrap.
+"""The task-cluster bootstrap of a checkpoint diff: draws, replicates, intervals, estimates.
 
 A resample draws ``n`` tasks (clusters) with replacement out of ``n``; each drawn task brings
 all of its rollouts and calls, once per draw. All resamples are one long frame of draws,
@@ -6,14 +6,16 @@ all of its rollouts and calls, once per draw. All resamples are one long frame o
 estimates and replicates come out of the same code and always agree. Everything is vectorised
 in Polars (NumPy is not a dependency).
 
-Two kinds of statistic (``METRICS`` lists the metrics of each kind):
+Two kinds of statistic (``METRICS``, defined in :mod:`ngcapture_viz.diff_metrics` and
+re-exported here, lists the metrics of each kind):
 
 * ratios of sums, ``Σ num / Σ den`` over the drawn tasks (means per call or per rollout,
   rates): ``ratio_replicates`` gathers per-task sums and adds them up per resample;
 * quantiles of call-level values: ``quantile_replicates`` gathers each drawn task's values and
   takes ``quantile(q, interpolation="linear")`` per resample, exactly as on the original data.
 
-``estimate`` runs both for the two samples of a comparison, paired or not.
+``estimate`` runs both for the two samples of a comparison, paired or not;
+``difference_intervals`` turns the replicates into percentile intervals.
 
 Example:
     >>> sums = pl.DataFrame({"cluster": [0, 1], "num": [3.0, 5.0], "den": [1, 1]})
@@ -27,9 +29,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final
 
 import polars as pl
+
+from ngcapture_viz.diff_metrics import METRICS, ROLLOUT_PARTS, Metric
 
 __all__ = [
     "BOOT",
@@ -178,174 +182,7 @@ def difference_intervals(
     return {name: tuple(row[4 * k : 4 * k + 4]) for k, name in enumerate(names)}
 
 
-# -- the capture metrics a checkpoint diff estimates ---------------------------------------
-
-
-@dataclass(frozen=True)
-class Metric:
-    """One metric of a checkpoint diff.
-
-    A ratio metric is ``Σ num / Σ den`` over rollouts (``num``/``den`` are expressions over
-    the per-rollout parts of ``_ROLLOUT_PARTS``); a quantile metric is a linear-interpolated
-    quantile ``q`` of the calls column ``column``. ``per`` is the unit a value is reported for
-    (``call`` or ``rollout``), which is also what coverage counts.
-    """
-
-    name: str
-    per: Literal["call", "rollout"]
-    unit: Literal["tokens", "ms", "share", "count"]
-    meaning: str
-    num: pl.Expr | None = None
-    den: pl.Expr | None = None
-    column: str | None = None
-    q: float | None = None
-
-
-def _col(name: str) -> pl.Expr:
-    return pl.col(name)
-
-
-def _complete(prefix: str) -> pl.Expr:
-    """Every call of the rollout reported the value (and there was at least one call)."""
-    return (_col(f"{prefix}_n") == _col("n_calls")) & (_col("n_calls") > 0)
-
-
-def _per_call(column: str, meaning: str) -> Metric:
-    return Metric(
-        f"{column}_per_call", "call", "tokens", meaning, _col(f"{column}_sum"), _col(f"{column}_n")
-    )
-
-
-def _per_rollout(prefix: str, name: str, unit: Literal["tokens", "count"], meaning: str) -> Metric:
-    complete = _complete(prefix)
-    num = pl.when(complete).then(_col(f"{prefix}_sum")).otherwise(0)
-    return Metric(name, "rollout", unit, meaning, num, complete.cast(pl.Int64))
-
-
-_TRUNCATED: Final = (pl.col("outcome").cast(pl.String) == "length") | (
-    pl.col("error_category").cast(pl.String) == "stream_truncated"
-)
-_ROLLOUT_PARTS: Final = [
-    pl.len().cast(pl.Int64).alias("n_calls"),
-    *(
-        expr
-        for column in ("tokens_in", "tokens_out", "tokens_reasoning")
-        for expr in (
-            pl.col(column).sum().cast(pl.Float64).alias(f"{column}_sum"),
-            pl.col(column).count().cast(pl.Int64).alias(f"{column}_n"),
-        )
-    ),
-    pl.col("latency_total_ms").sum().alias("latency_sum"),
-    pl.col("latency_total_ms").count().cast(pl.Int64).alias("latency_n"),
-    pl.col("error_category").is_not_null().sum().cast(pl.Int64).alias("errors"),
-    _TRUNCATED.sum().cast(pl.Int64).alias("truncated"),
-    (pl.col("outcome").is_not_null() | pl.col("error_category").is_not_null())
-    .sum()
-    .cast(pl.Int64)
-    .alias("truncation_n"),
-    pl.col("num_tool_calls").sum().cast(pl.Float64).alias("tools_sum"),
-    pl.col("num_tool_calls").count().cast(pl.Int64).alias("tools_n"),
-]
-
-#: Every metric a diff reports, in report order.
-METRICS: Final[tuple[Metric, ...]] = (
-    _per_call("tokens_in", "Mean prompt tokens per call that reported them."),
-    _per_call("tokens_out", "Mean output tokens (reasoning included) per reporting call."),
-    _per_call("tokens_reasoning", "Mean reasoning tokens per reporting call."),
-    _per_rollout(
-        "tokens_in",
-        "tokens_in_per_rollout",
-        "tokens",
-        "Mean prompt tokens per rollout (rollouts whose every call reported them).",
-    ),
-    _per_rollout(
-        "tokens_out",
-        "tokens_out_per_rollout",
-        "tokens",
-        "Mean output tokens per rollout (rollouts whose every call reported them).",
-    ),
-    _per_rollout(
-        "tokens_reasoning",
-        "tokens_reasoning_per_rollout",
-        "tokens",
-        "Mean reasoning tokens per rollout (rollouts whose every call reported them).",
-    ),
-    Metric(
-        "latency_mean_ms",
-        "call",
-        "ms",
-        "Mean total latency per call.",
-        _col("latency_sum"),
-        _col("latency_n"),
-    ),
-    Metric(
-        "latency_p50_ms",
-        "call",
-        "ms",
-        "Median total latency over calls.",
-        column="latency_total_ms",
-        q=0.5,
-    ),
-    Metric(
-        "latency_p95_ms",
-        "call",
-        "ms",
-        "95th percentile of total latency over calls.",
-        column="latency_total_ms",
-        q=0.95,
-    ),
-    Metric(
-        "ttft_p50_ms",
-        "call",
-        "ms",
-        "Median time to first token over streamed calls.",
-        column="latency_ttft_ms",
-        q=0.5,
-    ),
-    Metric(
-        "ttft_p95_ms",
-        "call",
-        "ms",
-        "95th percentile of time to first token.",
-        column="latency_ttft_ms",
-        q=0.95,
-    ),
-    Metric(
-        "error_rate",
-        "call",
-        "share",
-        "Share of calls with an error category.",
-        _col("errors"),
-        _col("n_calls"),
-    ),
-    Metric(
-        "truncation_rate",
-        "call",
-        "share",
-        "Share of calls cut short: outcome `length` or a truncated stream.",
-        _col("truncated"),
-        _col("truncation_n"),
-    ),
-    _per_rollout(
-        "tools", "tool_calls_per_rollout", "count", "Mean tool calls requested per rollout."
-    ),
-    Metric(
-        "calls_per_rollout",
-        "rollout",
-        "count",
-        "Mean captured calls per rollout (rollouts with at least one captured call).",
-        _col("n_calls"),
-        (_col("n_calls") > 0).cast(pl.Int64),
-    ),
-    Metric(
-        "gap_rate",
-        "rollout",
-        "share",
-        "Share of rollouts with at least one gap.",
-        (_col("num_gaps") > 0).cast(pl.Int64),
-        _col("num_gaps").is_not_null().cast(pl.Int64),
-    ),
-)
+# -- estimating the diff metrics of two samples --------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -431,7 +268,7 @@ def estimate(
 
 def _cluster_sums(sample: Sample, metrics: Sequence[Metric], side: str) -> pl.DataFrame:
     """Per task: the numerator and denominator of every ratio metric, summed over rollouts."""
-    parts = sample.calls.group_by("rollout_id").agg(_ROLLOUT_PARTS)
+    parts = sample.calls.group_by("rollout_id").agg(ROLLOUT_PARTS)
     rows = sample.rollouts.join(parts, on="rollout_id", how="left")
     rows = rows.with_columns(pl.col("n_calls").fill_null(0))
     sums = []

@@ -102,7 +102,11 @@ def _export_wandb(args: argparse.Namespace) -> int:
         name=args.name,
         payload_digests=args.payload_digests,
     )
-    print(result)
+    for table, rows in result.rows.items():
+        print(f"{table}: {rows:,} of {result.total_rows[table]:,} rows logged")
+    for note in result.notes:
+        print(f"note: {note}")
+    print(f"W&B run {result.run_id}: {result.run_dir}")
     return 0
 
 

@@ -40,6 +40,7 @@ from ngcapture_viz.bootstrap import (
     difference_intervals,
     estimate,
 )
+from ngcapture_viz.diff_render import diff_figure, format_diff, number_text, percent_text
 from ngcapture_viz.exceptions import RegressionError
 
 if TYPE_CHECKING:
@@ -132,37 +133,7 @@ class CheckpointDiff:
         Example:
             >>> print(d.format())  # doctest: +SKIP
         """
-        a, b = _short(self.label_a), _short(self.label_b)
-        level = f"{self.confidence:.0%}"
-        lines = [
-            self.summary,
-            f"{'metric':<29}{a:>12}{b:>12}{'diff':>12}{'rel':>9}  "
-            f"{level + ' interval':<22}{'n a/b':>13}  coverage a/b",
-        ]
-        for r in self.frame.iter_rows(named=True):
-            mark = "*" if r["ci_excludes_zero"] else " "
-            interval = (
-                f"[{_pct(r['rel_ci_low'])}, {_pct(r['rel_ci_high'])}]"
-                if r["rel_ci_low"] is not None
-                else _abs_interval(r)
-            )
-            lines.append(
-                f"{r['metric']:<29}{_num(r['value_a'], r['unit']):>12}"
-                f"{_num(r['value_b'], r['unit']):>12}{_num(r['diff'], r['unit'], sign=True):>12}"
-                f"{_pct(r['rel_diff']):>9}  {interval:<20}{mark} "
-                f"{r['n_a']:>6}/{r['n_b']:<6} {_pct(r['coverage_a'], sign=False)}/"
-                f"{_pct(r['coverage_b'], sign=False)}"
-            )
-        lines.append(
-            f"intervals are relative, or absolute where a relative one is unknown; "
-            f"* the {level} interval of the difference excludes 0"
-        )
-        for label, only, excluded in (
-            (self.label_a, self.only_a, self.excluded_a),
-            (self.label_b, self.only_b, self.excluded_b),
-        ):
-            lines.append(_only_line(label, only, excluded, by=self.by, paired=self.paired))
-        return "\n".join(lines)
+        return format_diff(self)
 
     def figure(self) -> go.Figure:
         """Forest plot: relative difference per metric with its interval and a zero line.
@@ -173,55 +144,7 @@ class CheckpointDiff:
         Example:
             >>> d.figure()  # doctest: +SKIP
         """
-        shown = self.frame.filter(pl.col("rel_diff").is_not_null())
-        missing = self.frame.filter(pl.col("rel_diff").is_null())["metric"].to_list()
-        excludes = (pl.col("rel_ci_low") > 0) | (pl.col("rel_ci_high") < 0)
-        groups = (
-            ("interval excludes 0", excludes.fill_null(False), "#d62728"),
-            ("interval includes 0", ~excludes.fill_null(True), "#7f7f7f"),
-            ("no interval", pl.col("rel_ci_low").is_null(), "#bcbd22"),
-        )
-        fig = go.Figure()
-        for name, condition, colour in groups:
-            part = shown.filter(condition)
-            if part.height == 0:
-                continue
-            point = part["rel_diff"] * 100
-            low = part["rel_ci_low"].fill_null(part["rel_diff"]) * 100
-            high = part["rel_ci_high"].fill_null(part["rel_diff"]) * 100
-            fig.add_trace(
-                go.Scatter(
-                    name=name,
-                    x=point.to_list(),
-                    y=part["metric"].to_list(),
-                    mode="markers",
-                    marker={"color": colour, "size": 9},
-                    error_x={
-                        "type": "data",
-                        "symmetric": False,
-                        "array": (high - point).to_list(),
-                        "arrayminus": (point - low).to_list(),
-                        "color": colour,
-                    },
-                    customdata=part.select("value_a", "value_b").rows(),
-                    hovertemplate=(
-                        "%{y}: %{x:+.1f}%<br>a %{customdata[0]:.4g} → b %{customdata[1]:.4g}"
-                        "<extra></extra>"
-                    ),
-                )
-            )
-        fig.add_vline(x=0, line={"color": "black", "width": 1})
-        title = f"{self.label_b} vs {self.label_a}: relative difference, {self.confidence:.0%} CI"
-        if missing:
-            title += f"<br><sup>not shown (no relative difference): {', '.join(missing)}</sup>"
-        fig.update_layout(
-            title=title,
-            xaxis_title=f"{self.label_b} relative to {self.label_a} (%)",
-            yaxis={"categoryorder": "array", "categoryarray": shown["metric"].to_list()[::-1]},
-            height=max(320, 40 * shown.height + 140),
-            template="plotly_white",
-        )
-        return fig
+        return diff_figure(self)
 
 
 def diff(
@@ -335,11 +258,11 @@ def assert_no_regression(
         if relative
         else (row["diff"], row["ci_low"], row["ci_high"])
     )
-    show = _pct if relative else (lambda v: _num(v, row["unit"], sign=True))
+    show = percent_text if relative else (lambda v: number_text(v, row["unit"], sign=True))
     where = f"{metric} ({diff.label_b} vs {diff.label_a})"
     limit = f"allowed increase {show(max_increase)}"
     if low is None or high is None:
-        values = " → ".join(_num(row[k], row["unit"]) for k in ("value_a", "value_b"))
+        values = " → ".join(number_text(row[k], row["unit"]) for k in ("value_a", "value_b"))
         hint = "; gate it with relative=False" if relative and row["ci_low"] is not None else ""
         raise RegressionError(
             f"{where}: cannot be checked, the {'relative ' if relative else ''}interval is "
@@ -492,38 +415,3 @@ def _excludes_zero(low: float | None, high: float | None) -> bool | None:
 
 def _share(part: int, whole: int) -> float | None:
     return part / whole if whole else None
-
-
-def _short(label: str, width: int = 11) -> str:
-    return label if len(label) <= width else label[: width - 1] + "…"
-
-
-def _num(value: float | None, unit: str, *, sign: bool = False) -> str:
-    if value is None:
-        return "unknown"
-    plus = "+" if sign else ""
-    if unit == "share":  # a difference of shares is in percentage points
-        return f"{value * 100:+.2f} pp" if sign else f"{value:.2%}"
-    return f"{value:{plus},.1f}" if unit in ("tokens", "ms") else f"{value:{plus},.2f}"
-
-
-def _pct(value: float | None, *, sign: bool = True) -> str:
-    if value is None:
-        return "unknown"
-    return f"{value:+.1%}" if sign else f"{value:.0%}"
-
-
-def _abs_interval(row: dict[str, Any]) -> str:
-    if row["ci_low"] is None:
-        return "no interval"
-    low, high = (_num(row[k], row["unit"], sign=True) for k in ("ci_low", "ci_high"))
-    return f"[{low}, {high}]"
-
-
-def _only_line(label: str, only: tuple[str, ...], excluded: int, *, by: str, paired: bool) -> str:
-    what = "tasks" if by == "task" else "rollouts"
-    if not only:
-        return f"only in {label}: none"
-    shown = ", ".join(only[:8]) + (f", … ({len(only) - 8} more)" if len(only) > 8 else "")
-    fate = f"left out ({excluded} rollouts)" if paired else "compared unpaired"
-    return f"only in {label}: {len(only)} {what}, {fate}: {shown}"

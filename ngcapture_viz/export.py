@@ -4,8 +4,10 @@ Every exported table (W&B, Parquet) is built here from an explicit allowlist per
 (:data:`ALLOWED_COLUMNS`). Request and response payloads, reasoning text, tool arguments, error
 messages and rollout task fields never pass by default. Some columns may be added on purpose
 with ``extra_columns=`` (error messages, full paths, task fields); payload columns are refused
-even then (:data:`PAYLOAD_COLUMNS`). ``payload_digests=True`` adds the SHA-256 and size of each
-call's capture line, so exported rows can be joined back to the local store.
+even then (:data:`PAYLOAD_COLUMNS`). The allowlist and the refusal rules live in
+:mod:`ngcapture_viz.export_columns` and are re-exported here. ``payload_digests=True`` adds
+the SHA-256 and size of each call's capture line, so exported rows can be joined back to the
+local store.
 
 Absolute paths name users and machines, so the tables carry ``file`` (the file name only)
 instead of ``path``.
@@ -30,6 +32,12 @@ from typing import Final
 import polars as pl
 
 from ngcapture_viz.exceptions import ExportError
+from ngcapture_viz.export_columns import (
+    ALLOWED_COLUMNS,
+    DIGEST_COLUMNS,
+    PAYLOAD_COLUMNS,
+    check_extra_columns,
+)
 from ngcapture_viz.run import CaptureRun, stack_runs
 from ngcapture_viz.stats import PERCENTILES
 
@@ -49,123 +57,6 @@ logger = logging.getLogger(__name__)
 
 RunOrRuns = CaptureRun | Sequence[CaptureRun]
 
-#: Columns each exported table keeps by default, in order. ``file`` is the base name of ``path``.
-ALLOWED_COLUMNS: Final[Mapping[str, tuple[str, ...]]] = {
-    "calls": (
-        "run",
-        "rollout_id",
-        "call_index",
-        "model_call_id",
-        "response_id",
-        "model_ref_type",
-        "model_ref_name",
-        "model",
-        "dialect",
-        "stream",
-        "status_code",
-        "response_status",
-        "finish_reason",
-        "outcome",
-        "started_at",
-        "completed_at",
-        "latency_total_ms",
-        "latency_ttft_ms",
-        "tokens_in",
-        "tokens_out",
-        "tokens_reasoning",
-        "tokens_total",
-        "cached_tokens",
-        "cache_creation_tokens",
-        "cache_hit",
-        "output_tokens_per_s",
-        "num_tool_calls",
-        "tool_names",
-        "error_category",
-        "error_code",
-        "source",
-        "file",
-        "line_number",
-        "byte_offset",
-        "line_bytes",
-    ),
-    "rollouts": (
-        "run",
-        "rollout_id",
-        "task_id",
-        "task_index",
-        "rollout_index",
-        "attempt",
-        "reward",
-        "in_store",
-        "in_rollouts",
-        "incomplete",
-        "pending_writes",
-        "num_calls",
-        "num_errors",
-        "num_tool_calls",
-        "tokens_in",
-        "tokens_out",
-        "tokens_reasoning",
-        "tokens_total",
-        "cached_tokens",
-        "latency_total_ms",
-        "started_at",
-        "completed_at",
-        "wall_ms",
-        "num_gaps",
-        "num_damaged",
-        "file",
-        "rollouts_line",
-    ),
-    "gaps": (
-        "run",
-        "rollout_id",
-        "model_call_id",
-        "call_index",
-        "code",
-        "detail",
-        "source",
-        "file",
-        "line_number",
-        "byte_offset",
-    ),
-    "tool_calls": (
-        "run",
-        "rollout_id",
-        "model_call_id",
-        "call_index",
-        "tool_index",
-        "call_id",
-        "type",
-        "name",
-        "arguments_parse_error",
-        "source",
-    ),
-}
-
-#: Columns that hold payload text or a copy of it: never exported, even when asked for.
-PAYLOAD_COLUMNS: Final = frozenset(
-    {
-        "request",
-        "response",
-        "request_raw",
-        "response_raw",
-        "ng_trajectory",
-        "ng_model_call_capture",
-        "responses_create_params",
-        "reasoning_content",
-        "arguments",
-        "arguments_raw",
-        "input",
-        "output",
-        "output_text",
-        "messages",
-    }
-)
-
-#: Columns ``payload_digests=True`` adds to the calls table.
-DIGEST_COLUMNS: Final = ("payload_sha256", "payload_bytes")
-
 #: How each table is ordered (the order row caps keep).
 _ORDER: Final[Mapping[str, tuple[str, ...]]] = {
     "calls": ("run", "rollout_id", "call_index", "model_call_id"),
@@ -180,24 +71,6 @@ def as_run(run_or_runs: RunOrRuns) -> CaptureRun:
     if isinstance(run_or_runs, CaptureRun):
         return run_or_runs
     return stack_runs(list(run_or_runs))
-
-
-def _refused(name: str) -> bool:
-    return name in PAYLOAD_COLUMNS or name.removeprefix("task_") in PAYLOAD_COLUMNS
-
-
-def _check_extra(frames: Mapping[str, pl.DataFrame], extra: Sequence[str]) -> None:
-    for name in extra:
-        if _refused(name):
-            raise ExportError(
-                f"column {name!r} holds payload text (or a copy of it) and is never exported; "
-                f"refused columns: {sorted(PAYLOAD_COLUMNS)}"
-            )
-        if not any(name in frame.columns for frame in frames.values()):
-            available = sorted(
-                {c for f in frames.values() for c in f.columns if not _refused(c)} - {"file"}
-            )
-            raise ExportError(f"extra column {name!r} is in no frame; columns: {available}")
 
 
 def payload_free_tables(
@@ -229,7 +102,7 @@ def payload_free_tables(
     if isinstance(extra_columns, str):
         extra_columns = [extra_columns]
     extra = list(dict.fromkeys(extra_columns or ()))
-    _check_extra(frames, extra)
+    check_extra_columns(frames, extra)
     return {
         name: _table(name, frame, extra, payload_digests=payload_digests)
         for name, frame in frames.items()

@@ -24,28 +24,25 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from stat import S_ISREG
 from typing import Any, Final
 
 import orjson
 import polars as pl
 
-from capture_core import DATA_SUFFIX, MARKER_SUFFIX, is_valid_rollout_id
+from ngcapture_viz._listing import DirListing, content_matches, prefix_matches, stat_field
 from ngcapture_viz._pool import scan_parallel
 from ngcapture_viz._progress import progress_bar
 from ngcapture_viz._scan import (
-    _PROBE,
     RACY_NS,
     FileState,
     FileTask,
     ScanResult,
-    fingerprint,
     scan_files,
 )
-from ngcapture_viz.exceptions import CaptureIndexError, SourceError
+from ngcapture_viz.exceptions import CaptureIndexError
 from ngcapture_viz.frames.calls import CALLS
 from ngcapture_viz.frames.gaps import GAPS
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS
@@ -97,56 +94,6 @@ class IndexStats:
     removed: int = 0
     bytes_parsed: int = 0
     workers: int = 1
-
-
-@dataclass
-class DirListing:
-    """The entries of a capture directory, sorted into what they are."""
-
-    data: dict[str, str] = field(default_factory=dict)  # rollout_id -> file name
-    markers: set[str] = field(default_factory=set)  # rollout ids marked incomplete
-    pending: list[tuple[str, str]] = field(default_factory=list)  # (rollout_id, model_call_id)
-    foreign: list[str] = field(default_factory=list)
-    stats: dict[str, os.stat_result] = field(default_factory=dict)  # data file name -> lstat
-
-    @classmethod
-    def read(cls, root: Path) -> DirListing:
-        try:
-            with os.scandir(root) as scan:
-                entries = sorted(scan, key=lambda entry: entry.name)
-        except FileNotFoundError:
-            raise SourceError(f"capture directory {str(root)!r} does not exist") from None
-        except NotADirectoryError:
-            raise SourceError(f"capture directory {str(root)!r} is not a directory") from None
-        except OSError as exc:
-            raise SourceError(f"capture directory {str(root)!r}: {exc.strerror}") from None
-        listing = cls()
-        for entry in entries:
-            name = entry.name
-            if name.startswith("."):
-                continue  # tool-owned: .pending, .cleared, the index...
-            stem = name.removesuffix(DATA_SUFFIX)
-            if stem != name and is_valid_rollout_id(stem):
-                try:
-                    stat = entry.stat(follow_symlinks=False)
-                except OSError:
-                    stat = None
-                if stat is None or S_ISREG(stat.st_mode):
-                    listing.data[stem] = name
-                    if stat is not None:
-                        listing.stats[name] = stat
-                    continue
-            stem = name.removesuffix(MARKER_SUFFIX)
-            if stem != name and is_valid_rollout_id(stem):
-                listing.markers.add(stem)
-                continue
-            listing.foreign.append(name)
-        with contextlib.suppress(OSError):
-            for name in sorted(os.listdir(root / ".pending")):
-                rollout_id, sep, call_id = name.partition("@")
-                if sep:
-                    listing.pending.append((rollout_id, call_id))
-        return listing
 
 
 class CaptureIndex:
@@ -245,9 +192,9 @@ class CaptureIndex:
             current = pl.DataFrame(
                 {
                     "name": names,
-                    "now_inode": [_stat(listing, n, "st_ino") for n in names],
-                    "now_size": [_stat(listing, n, "st_size") for n in names],
-                    "now_mtime": [_stat(listing, n, "st_mtime_ns") for n in names],
+                    "now_inode": [stat_field(listing, n, "st_ino") for n in names],
+                    "now_size": [stat_field(listing, n, "st_size") for n in names],
+                    "now_mtime": [stat_field(listing, n, "st_mtime_ns") for n in names],
                 },
                 schema={
                     "name": pl.String(),
@@ -267,7 +214,7 @@ class CaptureIndex:
             keep = set(joined.filter(same & ~racy)["name"].to_list())
             # Unchanged-looking files modified near their scan: trust their content hash only.
             for candidate in joined.filter(same & racy).iter_rows(named=True):
-                if _content_matches(self.root / candidate["name"], candidate):
+                if content_matches(self.root / candidate["name"], candidate):
                     keep.add(candidate["name"])
             stats.reused = len(keep)
             changed = joined.filter(~pl.col("name").is_in(list(keep))).select(old.files.columns)
@@ -290,7 +237,7 @@ class CaptureIndex:
                 stat.st_ino == row["inode"]
                 and stat.st_size >= row["consumed"]
                 and (stat.st_size > row["size"] or stat.st_mtime_ns == row["mtime_ns"])
-                and _prefix_matches(path, row)
+                and prefix_matches(path, row)
             ):
                 stats.appended += 1
                 keep.add(name)
@@ -447,42 +394,6 @@ def _version() -> str:
 def _same_states(before: pl.DataFrame, after: pl.DataFrame) -> bool:
     """Equal file states, ignoring when they were taken (keeping the older time is safe)."""
     return before.drop("scanned_ns").equals(after.drop("scanned_ns"))
-
-
-def _content_matches(path: Path, row: dict[str, Any]) -> bool:
-    """Whether the file's read part still has the full hash recorded at its scan."""
-    if row["full_hash"] is None:
-        return False
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return False
-    try:
-        return bool(fingerprint(fd, 0, row["consumed"]) == row["full_hash"])
-    finally:
-        os.close(fd)
-
-
-def _prefix_matches(path: Path, row: dict[str, Any]) -> bool:
-    if row["full_hash"] is not None and not _content_matches(path, row):
-        return False
-    consumed = row["consumed"]
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return False
-    try:
-        return bool(
-            fingerprint(fd, 0, min(_PROBE, consumed)) == row["head_hash"]
-            and fingerprint(fd, max(0, consumed - _PROBE), consumed) == row["tail_hash"]
-        )
-    finally:
-        os.close(fd)
-
-
-def _stat(listing: DirListing, name: str, field_name: str) -> int | None:
-    stat = listing.stats.get(name)
-    return None if stat is None else int(getattr(stat, field_name))
 
 
 def _remaining(task: FileTask) -> int:

@@ -24,6 +24,7 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.colors import qualitative
 
+from ngcapture_viz._timeline_text import fmt_ms, gaps_note, hover_text, subtitle, unplaced_note
 from ngcapture_viz.frames.gaps import AnalysisGap
 from ngcapture_viz.run import CaptureRun
 
@@ -51,9 +52,6 @@ OUTCOME_COLORS: Final[Mapping[str, str]] = {
 }
 
 _MANY_CALLS: Final = 40  # above this: no per-bar text, no bar outlines
-_MAX_GAP_LINES: Final = 8
-_MAX_UNPLACED_LINES: Final = 5
-_NOT_REPORTED: Final = "not reported"
 
 
 def outcome_color(outcome: str | None) -> str:
@@ -145,9 +143,9 @@ def timeline(run: CaptureRun, rollout_id: str, *, run_label: str | None = None) 
     _add_damaged_markers(fig, gaps, placed)
     notes = [("causality", CAUSALITY_NOTE)]
     if unplaced.height:
-        notes.append(("unplaced", _unplaced_note(unplaced)))
+        notes.append(("unplaced", unplaced_note(unplaced)))
     if gaps.height:
-        notes.append(("gaps", _gaps_note(gaps)))
+        notes.append(("gaps", gaps_note(gaps)))
     if not placed.height:
         notes.append(("empty", "No captured call of this rollout has both timestamps."))
     bottom = _add_notes(fig, notes)
@@ -156,7 +154,7 @@ def timeline(run: CaptureRun, rollout_id: str, *, run_label: str | None = None) 
     fig.update_layout(
         title={
             "text": f"Rollout {rollout_id}{run_part}",
-            "subtitle": {"text": _subtitle(placed, num_lanes, idle, gaps.height)},
+            "subtitle": {"text": subtitle(placed, num_lanes, idle, gaps.height)},
         },
         height=min(900, 260 + 28 * num_lanes) + bottom,
         margin={"b": bottom, "t": 90},
@@ -240,7 +238,7 @@ def _add_idle(fig: go.Figure, idle: list[tuple[float, float]], num_lanes: int) -
             mode="lines",
             line={"width": 0},
             fillcolor="rgba(120,120,120,0.15)",
-            name=f"idle, no call in flight ({_fmt_ms(sum(e - s for s, e in idle))})",
+            name=f"idle, no call in flight ({fmt_ms(sum(e - s for s, e in idle))})",
             legendgroup="idle",
             hoveron="fills",
             hoverinfo="name",
@@ -274,7 +272,7 @@ def _add_bars(fig: go.Figure, placed: pl.DataFrame) -> None:
                 textposition="inside",
                 insidetextanchor="middle",
                 customdata=[[r["model_call_id"], r["call_index"]] for r in rows],
-                hovertext=[_hover(r) for r in rows],
+                hovertext=[hover_text(r) for r in rows],
                 hovertemplate="%{hovertext}<extra></extra>",
                 meta={"kind": "calls", "outcome": outcome},
             )
@@ -300,7 +298,7 @@ def _add_ttft(fig: go.Figure, placed: pl.DataFrame) -> None:
             legendgroup="ttft",
             customdata=[[m, i] for m, i in streamed.select("model_call_id", "call_index").rows()],
             hovertext=[
-                f"call #{i}: first token after {_fmt_ms(t)}"
+                f"call #{i}: first token after {fmt_ms(t)}"
                 for i, t in streamed.select("call_index", "latency_ttft_ms").rows()
             ],
             hovertemplate="%{hovertext}<extra></extra>",
@@ -343,84 +341,7 @@ def _add_damaged_markers(fig: go.Figure, gaps: pl.DataFrame, placed: pl.DataFram
     )
 
 
-# -- text -----------------------------------------------------------------------------------
-
-
-def _hover(row: Mapping[str, Any]) -> str:
-    def known(value: Any) -> str:
-        return _NOT_REPORTED if value is None else f"{value:,}"
-
-    tools = row["tool_names"] or []
-    ttft = row["latency_ttft_ms"]
-    if ttft is None:
-        ttft_text = _NOT_REPORTED if row["stream"] else "n/a (not streamed)"
-    else:
-        ttft_text = _fmt_ms(ttft)
-    latency = row["latency_total_ms"]
-    lines = [
-        f"<b>call #{row['call_index']}</b> · {row['_outcome']}",
-        f"model: {row['model'] or _NOT_REPORTED} · dialect: {row['dialect']}"
-        f" · stream: {row['stream']}",
-        f"tokens in: {known(row['tokens_in'])} · out: {known(row['tokens_out'])}"
-        f" · reasoning: {known(row['tokens_reasoning'])} · cached: {known(row['cached_tokens'])}",
-        f"finish reason: {row['finish_reason'] or _NOT_REPORTED}",
-        f"tool calls: {', '.join(tools) if tools else 'none'}",
-        f"latency: {_NOT_REPORTED if latency is None else _fmt_ms(latency)} · TTFT: {ttft_text}",
-        f"start +{_fmt_ms(row['_start_ms'])} · "
-        f"end +{_fmt_ms(row['_start_ms'] + row['_duration_ms'])}",
-        f"call_index: {row['call_index']} · model_call_id: {row['model_call_id']}",
-    ]
-    if row["error_category"] is not None:
-        lines.append(f"error: {row['error_category']} {row['error_code'] or ''}".rstrip())
-    if row["source"] == "attachment":
-        lines.append("source: rollout attachment (no payload)")
-    return "<br>".join(lines)
-
-
-def _unplaced_note(unplaced: pl.DataFrame) -> str:
-    listed = [
-        f"#{i} ({m})"
-        for i, m in unplaced.select("call_index", "model_call_id").head(_MAX_UNPLACED_LINES).rows()
-    ]
-    more = unplaced.height - len(listed)
-    tail = f" and {more} more" if more > 0 else ""
-    return (
-        f"{unplaced.height} call(s) not drawn (no start/end time, or ended before starting): "
-        + ", ".join(listed)
-        + tail
-    )
-
-
-def _gaps_note(gaps: pl.DataFrame) -> str:
-    lines = [f"<b>{gaps.height} gap(s) in this rollout's evidence:</b>"]
-    for row in gaps.head(_MAX_GAP_LINES).iter_rows(named=True):
-        where = f" (line {row['line_number']})" if row["line_number"] is not None else ""
-        lines.append(f"{row['code']}{where}: {row['detail'] or ''}")
-    if gaps.height > _MAX_GAP_LINES:
-        lines.append(f"… and {gaps.height - _MAX_GAP_LINES} more (see gap_report)")
-    return "<br>".join(lines)
-
-
-def _fmt_ms(ms: float) -> str:
-    if ms < 1000:
-        return f"{ms:.0f} ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.2f} s"
-    minutes, seconds = divmod(ms / 1000, 60)
-    return f"{minutes:.0f} min {seconds:.0f} s"
-
-
-def _subtitle(
-    placed: pl.DataFrame, num_lanes: int, idle: list[tuple[float, float]], num_gaps: int
-) -> str:
-    ends = (placed["_start_ms"] + placed["_duration_ms"]).max()
-    wall = float(ends) if isinstance(ends, float) else 0.0
-    idle_ms = sum(end - start for start, end in idle)
-    share = f" ({100 * idle_ms / wall:.0f}%)" if wall else ""
-    return (
-        f"{placed.height} call(s) · {num_lanes} lane(s) · wall {_fmt_ms(wall)} · "
-        f"idle {_fmt_ms(idle_ms)}{share} · {num_gaps} gap(s)"
-    )
+# -- layout ---------------------------------------------------------------------------------
 
 
 def _add_notes(fig: go.Figure, notes: list[tuple[str, str]]) -> int:

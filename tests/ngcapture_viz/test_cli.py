@@ -88,3 +88,88 @@ def test_frames_match_their_declared_schemas(run_folder: Path) -> None:
     assert run.tool_calls.schema == TOOL_CALLS.polars
     fixed = pl.Schema(list(run.rollouts.schema.items())[: len(ROLLOUTS.names)])
     assert fixed == ROLLOUTS.polars
+
+
+def test_report_command_writes_one_offline_file(run_folder: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out" / "report.html"
+    done = ngcapture(
+        "report",
+        "--capture-dir",
+        run_folder / "model-calls",
+        "--rollouts",
+        run_folder / "rollouts.jsonl",
+        "--out",
+        out,
+        "--quiet",
+    )
+    assert done.stdout.strip() == f"report: {out.resolve()}"
+    html = out.read_text()
+    assert html.count("<html") == 1
+    assert "<script src=" not in html
+    assert "ckpt-1" in html
+
+
+@pytest.fixture(scope="module")
+def slower_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("cli") / "ckpt-2"
+    write_run(folder, RunSpec(tasks=6, repeats=2, seed=4, latency_scale=2.0))
+    return folder
+
+
+def test_diff_command_prints_the_table_and_gates(
+    run_folder: Path, slower_folder: Path, tmp_path: Path
+) -> None:
+    table = tmp_path / "diff.csv"
+    passed = ngcapture("diff", run_folder, slower_folder, "--n-boot", "300", "--out", table)
+    assert "ckpt-2 vs ckpt-1" in passed.stdout
+    assert "latency_p50_ms" in passed.stdout
+    frame = pl.read_csv(table)
+    assert set(frame["metric"]) >= {"latency_p50_ms", "error_rate", "calls_per_rollout"}
+    # Latency doubled: a 10% gate must fail with exit code 1 and say why; a 500% gate passes.
+    failed = ngcapture(
+        "diff", run_folder, slower_folder, "--n-boot", "300", "--gate", "latency_p50_ms=0.1",
+        check=False,
+    )  # fmt: skip
+    assert failed.returncode == 1
+    assert "REGRESSION" in failed.stderr
+    assert "latency_p50_ms" in failed.stderr
+    loose = ngcapture(
+        "diff", run_folder, slower_folder, "--n-boot", "300", "--gate", "latency_p50_ms=5",
+    )  # fmt: skip
+    assert loose.returncode == 0
+
+
+def test_diff_of_a_run_with_itself_needs_two_labels(run_folder: Path) -> None:
+    done = ngcapture("diff", run_folder, run_folder, check=False)
+    assert done.returncode == 2
+    assert "--label-a" in done.stderr
+
+
+def test_export_wandb_command_runs_offline(
+    run_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for variable in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_CONFIG_DIR"):
+        path = tmp_path / variable.lower()
+        path.mkdir()
+        monkeypatch.setenv(variable, str(path))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
+    monkeypatch.setenv("WANDB_CONSOLE", "off")
+    done = ngcapture(
+        "export-wandb",
+        "--capture-dir",
+        run_folder / "model-calls",
+        "--rollouts",
+        run_folder / "rollouts.jsonl",
+        "--project",
+        "ngcapture-cli-test",
+        "--quiet",
+    )
+    run = open_run(run_folder / "model-calls", run_folder / "rollouts.jsonl")
+    assert f"calls: {run.calls.height:,} of {run.calls.height:,} rows logged" in done.stdout
+    assert f"rollouts: {run.rollouts.height:,} of" in done.stdout
+    run_dir = Path(done.stdout.strip().splitlines()[-1].split(": ", 1)[1])
+    assert run_dir.is_dir()
+    assert str(tmp_path) in str(run_dir)
+    assert list((run_dir / "files").rglob("*.table.json"))

@@ -1,0 +1,102 @@
+"""What a capture directory holds, and whether a file still holds what was indexed."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from stat import S_ISREG
+from typing import Any
+
+from capture_core import DATA_SUFFIX, MARKER_SUFFIX, is_valid_rollout_id
+from ngcapture_viz._scan import _PROBE, fingerprint
+from ngcapture_viz.exceptions import SourceError
+
+__all__ = ["DirListing", "content_matches", "prefix_matches", "stat_field"]
+
+
+@dataclass
+class DirListing:
+    """The entries of a capture directory, sorted into what they are."""
+
+    data: dict[str, str] = field(default_factory=dict)  # rollout_id -> file name
+    markers: set[str] = field(default_factory=set)  # rollout ids marked incomplete
+    pending: list[tuple[str, str]] = field(default_factory=list)  # (rollout_id, model_call_id)
+    foreign: list[str] = field(default_factory=list)
+    stats: dict[str, os.stat_result] = field(default_factory=dict)  # data file name -> lstat
+
+    @classmethod
+    def read(cls, root: Path) -> DirListing:
+        try:
+            with os.scandir(root) as scan:
+                entries = sorted(scan, key=lambda entry: entry.name)
+        except FileNotFoundError:
+            raise SourceError(f"capture directory {str(root)!r} does not exist") from None
+        except NotADirectoryError:
+            raise SourceError(f"capture directory {str(root)!r} is not a directory") from None
+        except OSError as exc:
+            raise SourceError(f"capture directory {str(root)!r}: {exc.strerror}") from None
+        listing = cls()
+        for entry in entries:
+            name = entry.name
+            if name.startswith("."):
+                continue  # tool-owned: .pending, .cleared, the index...
+            stem = name.removesuffix(DATA_SUFFIX)
+            if stem != name and is_valid_rollout_id(stem):
+                try:
+                    stat = entry.stat(follow_symlinks=False)
+                except OSError:
+                    stat = None
+                if stat is None or S_ISREG(stat.st_mode):
+                    listing.data[stem] = name
+                    if stat is not None:
+                        listing.stats[name] = stat
+                    continue
+            stem = name.removesuffix(MARKER_SUFFIX)
+            if stem != name and is_valid_rollout_id(stem):
+                listing.markers.add(stem)
+                continue
+            listing.foreign.append(name)
+        with contextlib.suppress(OSError):
+            for name in sorted(os.listdir(root / ".pending")):
+                rollout_id, sep, call_id = name.partition("@")
+                if sep:
+                    listing.pending.append((rollout_id, call_id))
+        return listing
+
+
+def stat_field(listing: DirListing, name: str, field_name: str) -> int | None:
+    stat = listing.stats.get(name)
+    return None if stat is None else int(getattr(stat, field_name))
+
+
+def content_matches(path: Path, row: dict[str, Any]) -> bool:
+    """Whether the file's read part still has the full hash recorded at its scan."""
+    if row["full_hash"] is None:
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        return bool(fingerprint(fd, 0, row["consumed"]) == row["full_hash"])
+    finally:
+        os.close(fd)
+
+
+def prefix_matches(path: Path, row: dict[str, Any]) -> bool:
+    if row["full_hash"] is not None and not content_matches(path, row):
+        return False
+    consumed = row["consumed"]
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        return bool(
+            fingerprint(fd, 0, min(_PROBE, consumed)) == row["head_hash"]
+            and fingerprint(fd, max(0, consumed - _PROBE), consumed) == row["tail_hash"]
+        )
+    finally:
+        os.close(fd)

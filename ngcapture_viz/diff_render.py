@@ -1,0 +1,171 @@
+"""How a checkpoint diff reads: the text table and the forest plot of a ``CheckpointDiff``.
+
+``format_diff(d)`` is what ``print(d)`` shows (values, differences, intervals, counts and
+coverage, then what was left out); ``diff_figure(d)`` is the forest plot of relative
+differences. ``CheckpointDiff.format`` / ``__str__`` / ``figure`` delegate here.
+
+Example:
+    >>> import ngcapture_viz as ngv  # doctest: +SKIP
+    >>> d = ngv.diff(run_100, run_200)  # doctest: +SKIP
+    >>> print(format_diff(d))  # doctest: +SKIP
+    >>> diff_figure(d)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import plotly.graph_objects as go
+import polars as pl
+
+if TYPE_CHECKING:
+    from ngcapture_viz.diff import CheckpointDiff
+
+__all__ = ["diff_figure", "format_diff", "number_text", "percent_text"]
+
+
+def format_diff(d: CheckpointDiff) -> str:
+    """A readable text table: values, differences, intervals, counts and coverage.
+
+    Example:
+        >>> print(format_diff(d))  # doctest: +SKIP
+    """
+    a, b = _short(d.label_a), _short(d.label_b)
+    level = f"{d.confidence:.0%}"
+    lines = [
+        d.summary,
+        f"{'metric':<29}{a:>12}{b:>12}{'diff':>12}{'rel':>9}  "
+        f"{level + ' interval':<22}{'n a/b':>13}  coverage a/b",
+    ]
+    for r in d.frame.iter_rows(named=True):
+        mark = "*" if r["ci_excludes_zero"] else " "
+        interval = (
+            f"[{percent_text(r['rel_ci_low'])}, {percent_text(r['rel_ci_high'])}]"
+            if r["rel_ci_low"] is not None
+            else _abs_interval(r)
+        )
+        lines.append(
+            f"{r['metric']:<29}{number_text(r['value_a'], r['unit']):>12}"
+            f"{number_text(r['value_b'], r['unit']):>12}"
+            f"{number_text(r['diff'], r['unit'], sign=True):>12}"
+            f"{percent_text(r['rel_diff']):>9}  {interval:<20}{mark} "
+            f"{r['n_a']:>6}/{r['n_b']:<6} {percent_text(r['coverage_a'], sign=False)}/"
+            f"{percent_text(r['coverage_b'], sign=False)}"
+        )
+    lines.append(
+        f"intervals are relative, or absolute where a relative one is unknown; "
+        f"* the {level} interval of the difference excludes 0"
+    )
+    for label, only, excluded in (
+        (d.label_a, d.only_a, d.excluded_a),
+        (d.label_b, d.only_b, d.excluded_b),
+    ):
+        lines.append(_only_line(label, only, excluded, by=d.by, paired=d.paired))
+    return "\n".join(lines)
+
+
+def diff_figure(d: CheckpointDiff) -> go.Figure:
+    """Forest plot: relative difference per metric with its interval and a zero line.
+
+    Metrics whose relative interval excludes 0 are coloured; metrics without a relative
+    difference (no value in run a, or a zero one) are left out and named in the title.
+
+    Example:
+        >>> diff_figure(d)  # doctest: +SKIP
+    """
+    shown = d.frame.filter(pl.col("rel_diff").is_not_null())
+    missing = d.frame.filter(pl.col("rel_diff").is_null())["metric"].to_list()
+    excludes = (pl.col("rel_ci_low") > 0) | (pl.col("rel_ci_high") < 0)
+    groups = (
+        ("interval excludes 0", excludes.fill_null(False), "#d62728"),
+        ("interval includes 0", ~excludes.fill_null(True), "#7f7f7f"),
+        ("no interval", pl.col("rel_ci_low").is_null(), "#bcbd22"),
+    )
+    fig = go.Figure()
+    for name, condition, colour in groups:
+        part = shown.filter(condition)
+        if part.height == 0:
+            continue
+        point = part["rel_diff"] * 100
+        low = part["rel_ci_low"].fill_null(part["rel_diff"]) * 100
+        high = part["rel_ci_high"].fill_null(part["rel_diff"]) * 100
+        fig.add_trace(
+            go.Scatter(
+                name=name,
+                x=point.to_list(),
+                y=part["metric"].to_list(),
+                mode="markers",
+                marker={"color": colour, "size": 9},
+                error_x={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": (high - point).to_list(),
+                    "arrayminus": (point - low).to_list(),
+                    "color": colour,
+                },
+                customdata=part.select("value_a", "value_b").rows(),
+                hovertemplate=(
+                    "%{y}: %{x:+.1f}%<br>a %{customdata[0]:.4g} → b %{customdata[1]:.4g}"
+                    "<extra></extra>"
+                ),
+            )
+        )
+    fig.add_vline(x=0, line={"color": "black", "width": 1})
+    title = f"{d.label_b} vs {d.label_a}: relative difference, {d.confidence:.0%} CI"
+    if missing:
+        title += f"<br><sup>not shown (no relative difference): {', '.join(missing)}</sup>"
+    fig.update_layout(
+        title=title,
+        xaxis_title=f"{d.label_b} relative to {d.label_a} (%)",
+        yaxis={"categoryorder": "array", "categoryarray": shown["metric"].to_list()[::-1]},
+        height=max(320, 40 * shown.height + 140),
+        template="plotly_white",
+    )
+    return fig
+
+
+def number_text(value: float | None, unit: str, *, sign: bool = False) -> str:
+    """A metric value in its unit (shares as %, their differences in pp); ``unknown`` for None.
+
+    Example:
+        >>> number_text(0.05, "share", sign=True)
+        '+5.00 pp'
+    """
+    if value is None:
+        return "unknown"
+    plus = "+" if sign else ""
+    if unit == "share":  # a difference of shares is in percentage points
+        return f"{value * 100:+.2f} pp" if sign else f"{value:.2%}"
+    return f"{value:{plus},.1f}" if unit in ("tokens", "ms") else f"{value:{plus},.2f}"
+
+
+def percent_text(value: float | None, *, sign: bool = True) -> str:
+    """A relative value as a percentage (``unknown`` for None).
+
+    Example:
+        >>> percent_text(0.123)
+        '+12.3%'
+    """
+    if value is None:
+        return "unknown"
+    return f"{value:+.1%}" if sign else f"{value:.0%}"
+
+
+def _short(label: str, width: int = 11) -> str:
+    return label if len(label) <= width else label[: width - 1] + "…"
+
+
+def _abs_interval(row: dict[str, Any]) -> str:
+    if row["ci_low"] is None:
+        return "no interval"
+    low, high = (number_text(row[k], row["unit"], sign=True) for k in ("ci_low", "ci_high"))
+    return f"[{low}, {high}]"
+
+
+def _only_line(label: str, only: tuple[str, ...], excluded: int, *, by: str, paired: bool) -> str:
+    what = "tasks" if by == "task" else "rollouts"
+    if not only:
+        return f"only in {label}: none"
+    shown = ", ".join(only[:8]) + (f", … ({len(only) - 8} more)" if len(only) > 8 else "")
+    fate = f"left out ({excluded} rollouts)" if paired else "compared unpaired"
+    return f"only in {label}: {len(only)} {what}, {fate}: {shown}"
