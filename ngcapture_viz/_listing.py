@@ -13,7 +13,7 @@ from capture_core import DATA_SUFFIX, MARKER_SUFFIX, is_valid_rollout_id
 from ngcapture_viz._scan import _PROBE, fingerprint
 from ngcapture_viz.exceptions import SourceError
 
-__all__ = ["DirListing", "content_matches", "prefix_matches", "stat_field"]
+__all__ = ["DirListing", "content_matches", "prefix_matches"]
 
 
 @dataclass
@@ -64,11 +64,6 @@ class DirListing:
                 if sep:
                     listing.pending.append((rollout_id, call_id))
         return listing
-
-
-def stat_field(listing: DirListing, name: str, field_name: str) -> int | None:
-    stat = listing.stats.get(name)
-    return None if stat is None else int(getattr(stat, field_name))
 
 
 def content_matches(path: Path, row: dict[str, Any]) -> bool:

@@ -32,7 +32,7 @@ from typing import Any, Final
 import orjson
 import polars as pl
 
-from ngcapture_viz._listing import DirListing, content_matches, prefix_matches, stat_field
+from ngcapture_viz._listing import DirListing, content_matches, prefix_matches
 from ngcapture_viz._pool import scan_parallel
 from ngcapture_viz._progress import progress_bar
 from ngcapture_viz._scan import (
@@ -189,13 +189,17 @@ class CaptureIndex:
         previous: dict[str, dict[str, Any]] = {}
         if old is not None:
             # Vectorized first pass: most files are unchanged on a warm open.
+            facts: list[tuple[int | None, int | None, int | None]] = []
+            for name in names:
+                stat = listing.stats.get(name)
+                facts.append(
+                    (None, None, None)
+                    if stat is None
+                    else (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+                )
+            inodes, sizes, mtimes = zip(*facts, strict=True) if facts else ((), (), ())
             current = pl.DataFrame(
-                {
-                    "name": names,
-                    "now_inode": [stat_field(listing, n, "st_ino") for n in names],
-                    "now_size": [stat_field(listing, n, "st_size") for n in names],
-                    "now_mtime": [stat_field(listing, n, "st_mtime_ns") for n in names],
-                },
+                {"name": names, "now_inode": inodes, "now_size": sizes, "now_mtime": mtimes},
                 schema={
                     "name": pl.String(),
                     "now_inode": pl.Int64(),
