@@ -150,6 +150,15 @@ class RunBuilder:
         self.gaps.extend(source.gaps)
         for record in source.records:
             if record.attachment is None:
+                if self.sources.capture_dir is None and not record.attachment_unreadable:
+                    self.gaps.add(
+                        AnalysisGap.NO_CAPTURE,
+                        source="rollouts",
+                        rollout_id=record.rollout_id,
+                        detail="no ng_model_call_capture and no capture directory given",
+                        path=str(source.path),
+                        line_number=record.line_number,
+                    )
                 continue
             for gap in record.attachment.gaps:
                 self.gaps.add(
@@ -274,6 +283,7 @@ class RunBuilder:
         ordered = sorted(set(self.store_rollouts) | set(records))
         base: dict[str, list[Any]] = {name: [] for name in _BASE}
         fields: list[dict[str, Any]] = []
+        evidence: list[bool] = []
         for rollout_id in ordered:
             record = records.get(rollout_id)
             store = self.store_rollouts.get(rollout_id)
@@ -294,6 +304,10 @@ class RunBuilder:
             base["pending_writes"].append(store["pending_writes"] if store else None)
             base["path"].append(store["path"] if store else None)
             base["rollouts_line"].append(record.line_number if record else None)
+            # Call evidence: a capture file or marker, or an attachment listing the calls.
+            evidence.append(
+                store is not None or (record is not None and record.attachment is not None)
+            )
             fields.append(record.fields if record else {})
             if has_store and has_file and store is None:
                 self.gaps.add(
@@ -313,7 +327,10 @@ class RunBuilder:
                     path=store["path"] if store else None,
                 )
         schema = {name: ROLLOUTS.polars[name] for name in _BASE}
-        return pl.DataFrame(base, schema=schema), fields
+        frame = pl.DataFrame(base, schema=schema).with_columns(
+            pl.Series(_EVIDENCE, evidence, dtype=pl.Boolean)
+        )
+        return frame, fields
 
 
 def finish_rollouts(
@@ -340,9 +357,15 @@ def finish_rollouts(
         base.join(totals, on="rollout_id", how="left", maintain_order="left")
         .join(gap_counts, on="rollout_id", how="left", maintain_order="left")
         .with_columns(
-            pl.col(
-                "num_calls", "num_errors", "num_tool_calls", "num_gaps", "num_damaged"
-            ).fill_null(0),
+            # No call evidence at all (no capture, no attachment): the counts are unknown.
+            pl.when(pl.col(_EVIDENCE))
+            .then(pl.col(name).fill_null(0))
+            .otherwise(pl.col(name))
+            .alias(name)
+            for name in ("num_calls", "num_errors", "num_tool_calls")
+        )
+        .with_columns(
+            pl.col("num_gaps", "num_damaged").fill_null(0),
             ((pl.col("completed_at") - pl.col("started_at")).dt.total_microseconds() / 1000).alias(
                 "wall_ms"
             ),
@@ -354,6 +377,7 @@ def finish_rollouts(
     return frame.with_columns(list(extras.values())) if extras else frame
 
 
+_EVIDENCE = "_has_call_evidence"
 _BASE = (
     "rollout_id",
     "task_id",

@@ -52,6 +52,8 @@ __all__ = [
 BOOT: Final = "boot"
 CLUSTER: Final = "cluster"
 _DRAWS: Final = pl.Schema({BOOT: pl.Int64(), CLUSTER: pl.UInt32()})
+#: Values materialised at once by ``quantile_replicates`` (bounds its memory, ~8 bytes each).
+CHUNK_VALUES: Final = 4_000_000
 
 
 def resample_clusters(n_clusters: int, *, n_boot: int, seed: int) -> pl.DataFrame:
@@ -128,18 +130,29 @@ def quantile_replicates(
     """
     known = values.select(CLUSTER, pl.col("value").cast(pl.Float64)).drop_nulls("value")
     lists = _dense(known.group_by(CLUSTER).agg("value"), n_clusters)["value"]
-    rows = pl.DataFrame({BOOT: draws[BOOT], "value": lists.gather(draws[CLUSTER])})
-    return (
-        rows.lazy()
-        .explode("value")
-        .drop_nulls("value")
-        .group_by(BOOT)
-        .agg(
-            pl.col("value").quantile(q, interpolation="linear").alias(name)
-            for name, q in quantiles.items()
+    # A resample holds about as many values as the sample: work through the resamples in
+    # chunks so memory stays near CHUNK_VALUES values, whatever n_boot × n_calls is.
+    per_boot = max(1, known.height)
+    step = max(1, CHUNK_VALUES // per_boot)
+    boots = draws[BOOT]
+    first = int(boots.min()) if boots.len() else 0  # type: ignore[arg-type]
+    last = int(boots.max()) if boots.len() else -1  # type: ignore[arg-type]
+    parts = [pl.DataFrame(schema={BOOT: pl.Int64(), **dict.fromkeys(quantiles, pl.Float64())})]
+    for low in range(first, last + 1, step):
+        chunk = draws.filter(pl.col(BOOT).is_between(low, low + step - 1))
+        rows = pl.DataFrame({BOOT: chunk[BOOT], "value": lists.gather(chunk[CLUSTER])})
+        parts.append(
+            rows.lazy()
+            .explode("value")
+            .drop_nulls("value")
+            .group_by(BOOT)
+            .agg(
+                pl.col("value").quantile(q, interpolation="linear").alias(name)
+                for name, q in quantiles.items()
+            )
+            .collect()
         )
-        .collect()
-    )
+    return pl.concat(parts)
 
 
 def _dense(per_cluster: pl.DataFrame, n_clusters: int) -> pl.DataFrame:

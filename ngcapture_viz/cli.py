@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ngcapture_viz.exceptions import VizError
+from ngcapture_viz.exceptions import SourceError, VizError
 
 __all__ = ["COMMANDS", "main", "resolve_run"]
 
@@ -22,23 +22,41 @@ COMMANDS = frozenset({"index", "report", "diff", "export-wandb"})
 def resolve_run(path: Path) -> tuple[Path | None, Path | None]:
     """``(capture_dir, rollouts)`` for a run folder, a capture directory or a rollout file.
 
+    A run folder holds ``model-calls/`` and/or ``rollouts.jsonl``; a capture directory holds
+    ``*.capture.jsonl`` files (or nothing yet).
+
+    Raises:
+        SourceError: the path does not exist, or is a folder with neither.
+
     Example:
         >>> resolve_run(Path("results/demo/ckpt-100"))  # doctest: +SKIP
         (PosixPath('results/demo/ckpt-100/model-calls'), PosixPath('.../rollouts.jsonl'))
     """
     if path.is_file():
         return None, path
-    if (path / "model-calls").is_dir():
-        rollouts = path / "rollouts.jsonl"
-        return path / "model-calls", rollouts if rollouts.is_file() else None
-    return path, None
+    if not path.is_dir():
+        raise SourceError(f"{str(path)!r} does not exist")
+    store = path / "model-calls"
+    rollouts = path / "rollouts.jsonl"
+    if store.is_dir() or rollouts.is_file():
+        return (
+            store if store.is_dir() else None,
+            rollouts if rollouts.is_file() else None,
+        )
+    entries = [entry.name for entry in path.iterdir()]
+    if not entries or any(name.endswith(".capture.jsonl") for name in entries):
+        return path, None
+    raise SourceError(
+        f"{str(path)!r} is neither a run folder (model-calls/, rollouts.jsonl) nor a capture "
+        "directory (*.capture.jsonl files)"
+    )
 
 
 def _index(args: argparse.Namespace) -> int:
     from ngcapture_viz.index import CaptureIndex
 
     index = CaptureIndex(args.capture_dir, index_dir=args.index_dir, workers=args.workers)
-    stats = index.refresh(progress=not args.quiet)
+    stats = index.refresh(progress=not args.quiet, require_write=True)
     print(
         f"indexed {stats.files:,} capture files ({index.calls.height:,} calls, "
         f"{index.damaged.height:,} damaged lines): {stats.new:,} new, {stats.appended:,} "
@@ -66,9 +84,31 @@ def _open(path: Path, label: str | None, *, quiet: bool):  # type: ignore[no-unt
     return open_run(capture_dir, rollouts, label=label, progress=not quiet)
 
 
+def _gates(values: Sequence[str]) -> list[tuple[str, float]]:
+    """Parse ``--gate METRIC=MAX_INCREASE`` values before any work is done."""
+    from ngcapture_viz.diff import METRIC_NAMES
+
+    gates = []
+    for value in values:
+        metric, sep, limit = value.partition("=")
+        if not sep or metric not in METRIC_NAMES:
+            raise VizError(
+                f"--gate {value!r}: expected METRIC=MAX_INCREASE with METRIC one of "
+                f"{', '.join(METRIC_NAMES)}"
+            )
+        try:
+            gates.append((metric, float(limit)))
+        except ValueError:
+            raise VizError(
+                f"--gate {value!r}: MAX_INCREASE must be a number (0.1 means +10%)"
+            ) from None
+    return gates
+
+
 def _diff(args: argparse.Namespace) -> int:
     from ngcapture_viz.diff import assert_no_regression, diff
 
+    gates = _gates(args.gate)
     run_a = _open(args.a, args.label_a, quiet=args.quiet)
     run_b = _open(args.b, args.label_b, quiet=args.quiet)
     if run_a.label == run_b.label:
@@ -80,10 +120,9 @@ def _diff(args: argparse.Namespace) -> int:
         result.frame.write_csv(args.out)
         print(f"diff table: {args.out.resolve()}")
     failed = 0
-    for gate in args.gate:
-        metric, _, limit = gate.partition("=")
+    for metric, limit in gates:
         try:
-            assert_no_regression(result, metric, float(limit))
+            assert_no_regression(result, metric, limit)
         except AssertionError as exc:
             print(f"REGRESSION: {exc}", file=sys.stderr)
             failed += 1

@@ -18,6 +18,8 @@ from typing import Final, Literal
 
 import polars as pl
 
+from ngcapture_viz.frames.calls import is_truncated
+
 __all__ = ["METRICS", "ROLLOUT_PARTS", "Metric"]
 
 
@@ -62,9 +64,7 @@ def _per_rollout(prefix: str, name: str, unit: Literal["tokens", "count"], meani
     return Metric(name, "rollout", unit, meaning, num, complete.cast(pl.Int64))
 
 
-_TRUNCATED: Final = (pl.col("outcome").cast(pl.String) == "length") | (
-    pl.col("error_category").cast(pl.String) == "stream_truncated"
-)
+_TRUNCATED: Final = is_truncated()
 ROLLOUT_PARTS: Final = [
     pl.len().cast(pl.Int64).alias("n_calls"),
     *(

@@ -38,6 +38,7 @@ from ngcapture_viz.export_columns import (
     PAYLOAD_COLUMNS,
     check_extra_columns,
 )
+from ngcapture_viz.frames.calls import is_truncated
 from ngcapture_viz.run import CaptureRun, stack_runs
 from ngcapture_viz.stats import PERCENTILES
 
@@ -244,7 +245,7 @@ def _metrics(run: CaptureRun) -> dict[str, float | int | None]:
         exprs.append(share(pl.col(column).is_not_null()).alias(f"{short}_coverage"))
     exprs += [
         share(pl.col("error_category").is_not_null()).alias("error_rate"),
-        share(pl.col("outcome").cast(pl.String) == "length").alias("truncation_rate"),
+        share(is_truncated()).alias("truncation_rate"),
     ]
     values = calls.select(exprs).row(0, named=True)
     with_gaps = rollouts.filter(pl.col("num_gaps") > 0).height

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import logging
 import os
 import time
 import uuid
@@ -40,6 +41,7 @@ from ngcapture_viz._scan import (
     FileState,
     FileTask,
     ScanResult,
+    is_racy,
     scan_files,
 )
 from ngcapture_viz.exceptions import CaptureIndexError
@@ -48,6 +50,8 @@ from ngcapture_viz.frames.gaps import GAPS
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS
 
 __all__ = ["INDEX_DIR_NAME", "CaptureIndex", "DirListing", "IndexStats", "default_cache_dir"]
+
+logger = logging.getLogger(__name__)
 
 INDEX_DIR_NAME: Final = ".ngcapture-index"
 FORMAT: Final = 2
@@ -85,7 +89,7 @@ def default_cache_dir() -> Path:
 class IndexStats:
     """What one refresh did. ``bytes_parsed`` counts capture bytes actually parsed."""
 
-    location: Path
+    location: Path | None  # None: could not be saved anywhere (the rows are in memory)
     files: int = 0
     reused: int = 0
     appended: int = 0
@@ -121,6 +125,7 @@ class CaptureIndex:
         self.tool_calls = TOOL_CALLS.empty()
         self.damaged = GAPS.empty()
         self.unreadable: list[tuple[str, str]] = []
+        self._settled: set[str] = set()
         self.listing = DirListing()
 
     def __repr__(self) -> str:
@@ -145,7 +150,12 @@ class CaptureIndex:
     # -- refresh --------------------------------------------------------------------------
 
     def refresh(
-        self, *, progress: bool | None = None, write: bool = True, reuse: bool = True
+        self,
+        *,
+        progress: bool | None = None,
+        write: bool = True,
+        reuse: bool = True,
+        require_write: bool = False,
     ) -> IndexStats:
         """Bring the rows up to date with the directory and save the index.
 
@@ -153,8 +163,15 @@ class CaptureIndex:
             progress: show a progress bar (default: only in a terminal, never in notebooks).
             write: save the refreshed index (``False`` keeps it in memory only).
             reuse: start from the saved index (``False`` parses every file again).
+            require_write: raise when the index cannot be saved anywhere. By default (and
+                unless ``index_dir`` was given) that only logs a warning: the rows are right,
+                the next open just parses again.
+
+        Raises:
+            CaptureIndexError: the index could not be saved and saving was required.
         """
         scan_ns = time.time_ns()
+        self._settled = set()
         self.listing = DirListing.read(self.root)
         old = self._load() if reuse else None
         stats = IndexStats(location=self.location() or self.candidates()[0])
@@ -170,13 +187,28 @@ class CaptureIndex:
         stats.bytes_parsed = result.bytes_parsed
         # A torn tail is parsed again on every refresh; when no file moved on, the saved
         # index is still right and rewriting every table would only cost time.
+        if self._settled:
+            # Files last written near an earlier scan, checked by content now and old enough
+            # to be trusted by mtime from here on: record that, or every open re-hashes them.
+            settled = pl.col("name").is_in(list(self._settled))
+            self.files = self.files.with_columns(
+                pl.when(settled).then(scan_ns).otherwise(pl.col("scanned_ns")).alias("scanned_ns"),
+                pl.when(settled).then(None).otherwise(pl.col("full_hash")).alias("full_hash"),
+            )
         moved = (
             old is None
             or stats.removed > 0
+            or bool(self._settled)
             or (bool(tasks) and not _same_states(old.files, self.files))
         )
         if write and moved:
-            stats.location = self._save()
+            try:
+                stats.location = self._save()
+            except CaptureIndexError as exc:
+                if require_write or self._explicit is not None:
+                    raise
+                logger.warning("%s; using the rows in memory only", exc)
+                stats.location = None
         return stats
 
     def _plan(
@@ -220,6 +252,8 @@ class CaptureIndex:
             for candidate in joined.filter(same & racy).iter_rows(named=True):
                 if content_matches(self.root / candidate["name"], candidate):
                     keep.add(candidate["name"])
+                    if not is_racy(candidate["now_mtime"], scan_ns):
+                        self._settled.add(candidate["name"])  # hash-checked once: trust mtime
             stats.reused = len(keep)
             changed = joined.filter(~pl.col("name").is_in(list(keep))).select(old.files.columns)
             previous = {row["name"]: row for row in changed.iter_rows(named=True)}

@@ -282,7 +282,9 @@ def _gaps_section(run: CaptureRun) -> Section:
 def _diff_section(diff: CheckpointDiff) -> Section:
     body = (
         f'<p class="note">{html.escape(str(diff).splitlines()[0] if str(diff) else "")}</p>'
-        + figure_html(diff.figure(), caption="Differences with 95% bootstrap intervals")
+        + figure_html(
+            diff.figure(), caption=f"Differences with {diff.confidence:.0%} bootstrap intervals"
+        )
         + table_html(diff.frame, caption="Metrics")
     )
     return Section("diff", "Checkpoint diff", body)

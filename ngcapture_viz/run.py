@@ -123,8 +123,13 @@ class CaptureRun:
         row = stored.row(0, named=True)
         return _read_payload(row)
 
-    def to_parquet(self, directory: PathLike) -> dict[str, Path]:
-        """Write the four frames as Parquet files into ``directory``; returns their paths."""
+    def write_frames(self, directory: PathLike) -> dict[str, Path]:
+        """Save the four frames, every column, as Parquet files in ``directory`` (local use).
+
+        The frames hold no request or response payloads, but they do hold text the model wrote
+        (``reasoning_content``, tool-call ``arguments``, ``error_message``) and local paths. To
+        share tables, use ``ngcapture_viz.to_parquet``, which keeps the allowlisted columns only.
+        """
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         written = {}

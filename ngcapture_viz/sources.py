@@ -50,6 +50,7 @@ class RolloutRecord:
     reward: float | None
     fields: dict[str, Any]
     attachment: ModelCallCaptureAttachment | None
+    attachment_unreadable: bool = False
 
 
 @dataclass
@@ -140,6 +141,7 @@ def _read_line(
             reward=_reward(row.get("reward")),
             fields={k: v for k, v in row.items() if _is_task_field(k, v)},
             attachment=attachment,
+            attachment_unreadable=problem is not None,
         )
     )
 

@@ -12,7 +12,14 @@ import polars as pl
 from capture_core import ModelCallRecord
 from ngcapture_viz.frames._columns import UTC_TIME, Column, FrameSchema
 
-__all__ = ["CALLS", "LENGTH_FINISH_REASONS", "CallColumns", "call_outcome"]
+__all__ = [
+    "CALLS",
+    "LENGTH_FINISH_REASONS",
+    "TRUNCATED_OUTCOMES",
+    "CallColumns",
+    "call_outcome",
+    "is_truncated",
+]
 
 _CAT = pl.Categorical()
 _INT = pl.Int64()
@@ -22,6 +29,8 @@ _BOOL = pl.Boolean()
 
 #: Finish reasons meaning "stopped by the output-token limit", per dialect.
 LENGTH_FINISH_REASONS: Final = frozenset({"length", "max_tokens", "max_output_tokens"})
+#: Outcomes that count as truncated: cut by the token limit, or a stream that broke off.
+TRUNCATED_OUTCOMES: Final = ("length", "stream_truncated")
 
 CALLS: Final = FrameSchema(
     "calls",
@@ -58,7 +67,8 @@ CALLS: Final = FrameSchema(
         Column(
             "output_tokens_per_s",
             _FLOAT,
-            "tokens_out / decode time (latency − TTFT when streamed, else latency).",
+            "tokens_out / decode time: latency − TTFT for streams (null without TTFT), "
+            "else latency.",
         ),
         Column("num_tool_calls", _INT, "Tool calls the response asked for."),
         Column("tool_names", pl.List(_STR), "Names of those tool calls, in order."),
@@ -91,6 +101,11 @@ def call_outcome(error_category: str | None, finish_reason: str | None) -> str:
     return "ok"
 
 
+def is_truncated() -> pl.Expr:
+    """True for calls whose output was cut short (see ``TRUNCATED_OUTCOMES``)."""
+    return pl.col("outcome").cast(pl.String).is_in(TRUNCATED_OUTCOMES)
+
+
 def _micros(value: datetime | None) -> int | None:
     if value is None:
         return None
@@ -105,8 +120,8 @@ _UTC_EPOCH: Final = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
 def _rate(
     tokens: int | None, latency: float | None, ttft: float | None, stream: bool | None
 ) -> float | None:
-    if tokens is None or latency is None:
-        return None
+    if tokens is None or latency is None or (stream and ttft is None):
+        return None  # a stream without TTFT: its decode time is unknown
     seconds = (latency - ttft if stream and ttft is not None else latency) / 1000
     return tokens / seconds if seconds > 0 else None
 

@@ -33,6 +33,7 @@ class AnalysisGap(StrEnum):
     CALL_NOT_IN_STORE = "call_not_in_store"
     CALL_NOT_IN_ATTACHMENT = "call_not_in_attachment"
     TOTALS_DIFFER = "attachment_totals_differ"
+    NO_CAPTURE = "rollout_without_capture"
 
 
 GAP_MEANINGS: Final[Mapping[str, str]] = {
@@ -59,6 +60,9 @@ GAP_MEANINGS: Final[Mapping[str, str]] = {
     AnalysisGap.CALL_NOT_IN_STORE: "the attachment lists a call the store does not hold",
     AnalysisGap.CALL_NOT_IN_ATTACHMENT: "the store holds a call the attachment does not list",
     AnalysisGap.TOTALS_DIFFER: "the attachment's metrics differ from the store's totals",
+    AnalysisGap.NO_CAPTURE: (
+        "the record has no ng_model_call_capture and no store was given: its calls are unknown"
+    ),
 }
 
 

@@ -41,7 +41,7 @@ ROLLOUTS: Final = FrameSchema(
         Column("in_rollouts", _BOOL, "The rollout file has a record (null: no file given)."),
         Column("incomplete", _BOOL, "The store marked the capture incomplete."),
         Column("pending_writes", _INT, "Capture writes still marked pending."),
-        Column("num_calls", _INT, "Readable captured calls."),
+        Column("num_calls", _INT, "Readable captured calls (null: no capture, no attachment)."),
         Column("num_errors", _INT, "Calls with an error category."),
         Column("num_tool_calls", _INT, "Tool calls requested over all calls."),
         Column("tokens_in", _INT, "Sum of reported prompt tokens (null: no call reported)."),

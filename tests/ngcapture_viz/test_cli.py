@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from capture_core.testing import RunSpec, write_run
-from ngcapture_viz import open_run
+from ngcapture_viz import SourceError, open_run
 from ngcapture_viz.cli import resolve_run
 from ngcapture_viz.frames import CALLS, GAPS, ROLLOUTS, TOOL_CALLS
 
@@ -173,3 +173,27 @@ def test_export_wandb_command_runs_offline(
     assert run_dir.is_dir()
     assert str(tmp_path) in str(run_dir)
     assert list((run_dir / "files").rglob("*.table.json"))
+
+
+def test_resolve_run_takes_a_folder_with_only_a_rollout_file(tmp_path: Path) -> None:
+    (tmp_path / "rollouts.jsonl").write_text("")
+    assert resolve_run(tmp_path) == (None, tmp_path / "rollouts.jsonl")
+    with pytest.raises(SourceError, match="does not exist"):
+        resolve_run(tmp_path / "missing")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("hello")
+    with pytest.raises(SourceError, match="neither a run folder"):
+        resolve_run(other)
+
+
+@pytest.mark.parametrize(
+    ("gate", "says"),
+    [("latency_p95_ms", "METRIC=MAX_INCREASE"), ("latency_p95_ms=10%", "must be a number"),
+     ("latency_p96_ms=0.1", "METRIC=MAX_INCREASE")],
+)  # fmt: skip
+def test_a_bad_gate_is_refused_before_any_work(run_folder: Path, gate: str, says: str) -> None:
+    done = ngcapture("diff", run_folder, run_folder / "missing", "--gate", gate, check=False)
+    assert done.returncode == 2
+    assert says in done.stderr
+    assert repr(gate) in done.stderr

@@ -445,7 +445,7 @@ def test_unreported_tokens_stay_null(capture_dir: Path) -> None:
 def test_to_parquet_round_trips_every_frame(capture_dir: Path, tmp_path: Path) -> None:
     write_capture(capture_dir, "0-0", CaptureLineFactory(seed=2).lines(5))
     run = ngv.open_run(capture_dir, index=False)
-    written = run.to_parquet(tmp_path / "out")
+    written = run.write_frames(tmp_path / "out")
     assert sorted(written) == ["calls", "gaps", "rollouts", "tool_calls"]
     for name, path in written.items():
         back = pl.read_parquet(path)

@@ -298,3 +298,53 @@ def test_an_unchanged_torn_tail_does_not_rewrite_the_index(
     assert run.gaps.height == 0 and run.calls.height == 3
     assert {p.name for p in place.iterdir()} != set(saved)
     _assert_same_as_plain_read(run, capture_dir)
+
+
+def test_racy_files_are_hash_checked_once_then_trusted_again(
+    capture_dir: Path, line_factory: CaptureLineFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    import ngcapture_viz._listing as listing_module
+    import ngcapture_viz.index as index_module
+
+    for number, line in enumerate(line_factory.lines(3)):
+        write_capture(capture_dir, f"{number}-0", [line])
+    ngv.open_run(capture_dir)  # just written: every file is racy, so its full hash is kept
+    checked: list[str] = []
+    real_check = listing_module.content_matches
+
+    def counting(path: Path, row: dict[str, object]) -> bool:
+        checked.append(path.name)
+        return real_check(path, row)
+
+    monkeypatch.setattr(index_module, "content_matches", counting)
+    # Three seconds later (the clock the index reads), the files are old enough to trust.
+    later = time.time_ns() + 3_000_000_000
+    monkeypatch.setattr(index_module.time, "time_ns", lambda: later)
+    first = ngv.open_run(capture_dir)
+    assert sorted(checked) == [f"{n}-0.capture.jsonl" for n in range(3)]
+    assert _stats(first).reused == 3
+    assert _stats(first).bytes_parsed == 0
+    checked.clear()
+    second = ngv.open_run(capture_dir)
+    assert checked == []  # settled: trusted by mtime, no file read
+    assert _stats(second).reused == 3
+
+
+def test_an_unwritable_index_warns_and_keeps_the_rows(
+    capture_dir: Path,
+    line_factory: CaptureLineFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    write_capture(capture_dir, "0-0", list(line_factory.lines(2)))
+    (capture_dir / INDEX_DIR_NAME).write_text("not a directory")
+    monkeypatch.setenv("NGCAPTURE_CACHE_DIR", "/dev/null/cache")  # cannot be created either
+    with caplog.at_level("WARNING", logger="ngcapture_viz.index"):
+        run = ngv.open_run(capture_dir)
+    assert run.calls.height == 2
+    assert _stats(run).location is None
+    assert "could not write the index" in caplog.text
+    with pytest.raises(ngv.CaptureIndexError, match="could not write the index"):
+        CaptureIndex(capture_dir).refresh(require_write=True)
