@@ -52,6 +52,8 @@ __all__ = [
 BOOT: Final = "boot"
 CLUSTER: Final = "cluster"
 _DRAWS: Final = pl.Schema({BOOT: pl.Int64(), CLUSTER: pl.UInt32()})
+#: Digits kept of a bootstrap ratio (far below any statistical resolution).
+SIGNIFICANT_DIGITS: Final = 12
 #: Values materialised at once by ``quantile_replicates`` (bounds its memory, ~8 bytes each).
 CHUNK_VALUES: Final = 4_000_000
 
@@ -105,10 +107,15 @@ def ratio_replicates(
         .agg(pl.col(columns).sum())
         .collect()
     )
+    # Threads add partial sums in whatever order they finish, so the last bits of a sum vary
+    # from run to run; 12 significant digits make the same seed give the same intervals.
     return totals.select(
         BOOT,
         *(
-            pl.when(pl.col(den) > 0).then(pl.col(num) / pl.col(den)).alias(name)
+            pl.when(pl.col(den) > 0)
+            .then(pl.col(num) / pl.col(den))
+            .round_sig_figs(SIGNIFICANT_DIGITS)
+            .alias(name)
             for name, (num, den) in ratios.items()
         ),
     )

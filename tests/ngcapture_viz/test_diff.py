@@ -332,3 +332,15 @@ def test_replicates_equal_statistics_of_the_expanded_resample() -> None:
         assert mean == pytest.approx(expanded.mean())
     assert resample_clusters(30, n_boot=50, seed=1).equals(draws)
     assert not resample_clusters(30, n_boot=50, seed=2).equals(draws)
+
+
+def test_the_same_seed_gives_the_same_intervals_to_the_bit(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "a", RunSpec(tasks=40, repeats=2, seed=0, task_seed=0))
+    b = write_run(tmp_path / "b", RunSpec(tasks=40, repeats=2, seed=1, latency_scale=1.1))
+    run_a = open_run(a.capture_dir, a.rollouts, label="a")
+    run_b = open_run(b.capture_dir, b.rollouts, label="b")
+    first = diff(run_a, run_b, n_boot=500).frame
+    # Multi-threaded sums finish in varying order; the result must not depend on it.
+    for _ in range(6):
+        assert diff(run_a, run_b, n_boot=500).frame.equals(first)
+    assert not diff(run_a, run_b, n_boot=500, seed=1).frame.equals(first)
