@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+import plotly
+import plotly.colors
 import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
@@ -129,6 +131,7 @@ def token_figure(histogram: pl.DataFrame, coverage: pl.DataFrame, runs: Sequence
         (str(r["run"]), r["metric"]): (r["n_reported"], r["n_calls"])
         for r in coverage.iter_rows(named=True)
     }
+    colors = run_colors(runs)
     for i, metric in enumerate(TOKEN_METRICS):
         rows = histogram.filter(pl.col("metric") == metric)
         for run in runs:
@@ -144,6 +147,7 @@ def token_figure(histogram: pl.DataFrame, coverage: pl.DataFrame, runs: Sequence
                     name=run,
                     legendgroup=run,
                     showlegend=i == 0,
+                    marker_color=colors[run],
                     opacity=0.65 if len(runs) > 1 else 1.0,
                     hovertemplate=(
                         f"{run}<br>{metric} %{{x}}–%{{customdata}}<br>%{{y:,}} calls"
@@ -162,6 +166,15 @@ def token_figure(histogram: pl.DataFrame, coverage: pl.DataFrame, runs: Sequence
     return fig
 
 
+_PERCENTILE_COLORS: Final = {"p50": "#636efa", "p90": "#ef553b", "p95": "#00cc96", "p99": "#ab63fa"}
+
+
+def run_colors(runs: Sequence[str]) -> dict[str, str]:
+    """One colour per run, the same in every panel and figure of a dashboard."""
+    palette = plotly.colors.qualitative.Plotly
+    return {run: palette[n % len(palette)] for n, run in enumerate(runs)}
+
+
 def latency_figure(table: pl.DataFrame, by: Sequence[str]) -> go.Figure:
     """p50/p90/p95/p99 of total latency and TTFT per group (``stats.latency_percentiles``)."""
     fig = make_subplots(rows=2, cols=1, subplot_titles=LATENCY_METRICS, vertical_spacing=0.25)
@@ -176,6 +189,7 @@ def latency_figure(table: pl.DataFrame, by: Sequence[str]) -> go.Figure:
                     name=name,
                     legendgroup=name,
                     showlegend=row == 1,
+                    marker_color=_PERCENTILE_COLORS[name],  # same colour in both panels
                     customdata=_coverage_data(rows),
                     hovertemplate=f"%{{x}}<br>{name} %{{y:,.1f}} ms<br>{_COVERAGE_HOVER}"
                     "<extra></extra>",
@@ -222,12 +236,18 @@ def calls_over_time_figure(table: pl.DataFrame, runs: Sequence[str]) -> go.Figur
         shared_xaxes=True,
         subplot_titles=("calls started", "tokens_total reported (sum; gap: none reported)"),
     )
+    colors = run_colors(runs)
     for run in runs:
         rows = table.filter(pl.col("run") == run)
         x = rows["bucket"].to_list()
         fig.add_trace(
             go.Scatter(
-                x=x, y=rows["calls"].to_list(), name=run, legendgroup=run, mode="lines+markers"
+                x=x,
+                y=rows["calls"].to_list(),
+                name=run,
+                legendgroup=run,
+                mode="lines+markers",
+                line_color=colors[run],
             ),
             row=1,
             col=1,
@@ -240,6 +260,7 @@ def calls_over_time_figure(table: pl.DataFrame, runs: Sequence[str]) -> go.Figur
                 legendgroup=run,
                 showlegend=False,
                 mode="lines+markers",
+                line_color=colors[run],
                 customdata=rows.select("tokens_reported", "calls").rows(),
                 hovertemplate="%{x}<br>%{y:,} tokens<br>"
                 + _COVERAGE_HOVER
@@ -265,6 +286,7 @@ def error_figure(table: pl.DataFrame, runs: Sequence[str]) -> go.Figure:
                 x=present,
                 y=[by_category[c]["rate"] for c in present],
                 name=run,
+                marker_color=run_colors(runs)[run],
                 customdata=[[by_category[c]["errors"], by_category[c]["calls"]] for c in present],
                 hovertemplate="%{x}: %{y:.2%}<br>%{customdata[0]:,} of %{customdata[1]:,} calls"
                 f"<extra>{run}</extra>",
@@ -308,7 +330,7 @@ def reward_figure(
                     y=shown["reward"].to_list(),
                     text=shown["rollout_id"].to_list(),
                     mode="markers",
-                    marker={"size": 5, "opacity": 0.5},
+                    marker={"size": 5, "opacity": 0.5, "color": run_colors(runs)[run]},
                     name=run,
                     legendgroup=run,
                     showlegend=col == 1,
@@ -325,6 +347,7 @@ def reward_figure(
                     y=means["reward"].to_list(),
                     customdata=means["rollouts"].to_list(),
                     mode="lines+markers",
+                    line_color=run_colors(runs)[run],
                     name=f"{run} mean reward",
                     legendgroup=run,
                     showlegend=col == 1,

@@ -370,6 +370,7 @@ def _style_axes(fig: go.Figure, num_lanes: int, origin: Any) -> None:
     start = origin.isoformat() if origin is not None else "n/a"
     fig.update_layout(
         barmode="overlay",
+        showlegend=True,  # even with one outcome: the colour must say what it means
         legend={"title": {"text": "outcome"}},
         hoverlabel={"align": "left"},
         xaxis={
