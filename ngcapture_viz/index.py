@@ -17,22 +17,17 @@ process pool, one worker per core.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import logging
 import os
 import time
-import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Final
 
-import orjson
 import polars as pl
 
+from ngcapture_viz._index_files import FILE_SCHEMA, IndexTables, read_tables, write_tables
 from ngcapture_viz._listing import DirListing, content_matches, prefix_matches
 from ngcapture_viz._pool import scan_parallel
 from ngcapture_viz._progress import progress_bar
@@ -54,26 +49,8 @@ __all__ = ["INDEX_DIR_NAME", "CaptureIndex", "DirListing", "IndexStats", "defaul
 logger = logging.getLogger(__name__)
 
 INDEX_DIR_NAME: Final = ".ngcapture-index"
-FORMAT: Final = 2
 #: Below this many bytes to parse, a process pool costs more than it saves.
 PARALLEL_MIN_BYTES: Final = 24 * 1024 * 1024
-_TABLES: Final = ("files", "calls", "tool_calls", "damaged")
-_FILE_SCHEMA: Final = pl.Schema(
-    {
-        "name": pl.String(),
-        "rollout_id": pl.String(),
-        "size": pl.Int64(),
-        "mtime_ns": pl.Int64(),
-        "inode": pl.Int64(),
-        "consumed": pl.Int64(),
-        "next_call_index": pl.Int64(),
-        "next_line": pl.Int64(),
-        "head_hash": pl.String(),
-        "tail_hash": pl.String(),
-        "scanned_ns": pl.Int64(),
-        "full_hash": pl.String(),
-    }
-)
 
 
 def default_cache_dir() -> Path:
@@ -120,7 +97,7 @@ class CaptureIndex:
         self.root = Path(capture_dir).absolute()
         self._explicit = Path(index_dir).absolute() if index_dir is not None else None
         self.workers = workers if workers is not None else (os.cpu_count() or 1)
-        self.files = pl.DataFrame(schema=_FILE_SCHEMA)
+        self.files = pl.DataFrame(schema=FILE_SCHEMA)
         self.calls = CALLS.empty()
         self.tool_calls = TOOL_CALLS.empty()
         self.damaged = GAPS.empty()
@@ -212,7 +189,7 @@ class CaptureIndex:
         return stats
 
     def _plan(
-        self, old: _Tables | None, stats: IndexStats, scan_ns: int
+        self, old: IndexTables | None, stats: IndexStats, scan_ns: int
     ) -> tuple[list[FileTask], set[str]]:
         """Decide per file: reuse, append or re-read. Returns the tasks and the names kept."""
         listing = self.listing
@@ -311,13 +288,13 @@ class CaptureIndex:
         stats.workers = result.processes
         return result
 
-    def _merge(self, old: _Tables | None, keep: set[str], result: ScanResult) -> None:
+    def _merge(self, old: IndexTables | None, keep: set[str], result: ScanResult) -> None:
         """Kept rows (before each kept file's ``consumed``) + freshly parsed rows, sorted."""
         fresh_states = pl.DataFrame(
-            [_state_dict(s) for s in result.states], schema=_FILE_SCHEMA, orient="row"
+            [_state_dict(s) for s in result.states], schema=FILE_SCHEMA, orient="row"
         )
         if old is None or not keep:
-            kept_files = pl.DataFrame(schema=_FILE_SCHEMA)
+            kept_files = pl.DataFrame(schema=FILE_SCHEMA)
             kept = (CALLS.empty(), TOOL_CALLS.empty(), GAPS.empty())
         else:
             kept_files = old.files.filter(pl.col("name").is_in(list(keep)))
@@ -343,24 +320,9 @@ class CaptureIndex:
 
     # -- persistence ----------------------------------------------------------------------
 
-    def _load(self) -> _Tables | None:
+    def _load(self) -> IndexTables | None:
         place = self.location()
-        if place is None:
-            return None
-        try:
-            meta = orjson.loads((place / "meta.json").read_bytes())
-            if meta.get("format") != FORMAT or meta.get("version") != _version():
-                return None
-            generation = meta["generation"]
-            frames = {t: pl.read_parquet(place / f"{t}-{generation}.parquet") for t in _TABLES}
-            return _Tables(
-                files=frames["files"].cast(dict(_FILE_SCHEMA)),  # type: ignore[arg-type]
-                calls=CALLS.conform(frames["calls"]),
-                tool_calls=TOOL_CALLS.conform(frames["tool_calls"]),
-                damaged=GAPS.conform(frames["damaged"]),
-            )
-        except (OSError, ValueError, KeyError, pl.exceptions.PolarsError):
-            return None  # unreadable or half-deleted index: rebuild
+        return None if place is None else read_tables(place)
 
     def _save(self) -> Path:
         errors: list[str] = []
@@ -374,25 +336,15 @@ class CaptureIndex:
         raise CaptureIndexError("could not write the index: " + "; ".join(errors))
 
     def _write(self, place: Path) -> None:
-        place.mkdir(parents=True, exist_ok=True)
-        with _locked(place / "lock"):
-            generation = uuid.uuid4().hex[:12]
-            tables = {
-                "files": self.files,
-                "calls": self.calls,
-                "tool_calls": self.tool_calls,
-                "damaged": self.damaged,
-            }
-            for table, frame in tables.items():
-                frame.write_parquet(place / f"{table}-{generation}.parquet", compression="zstd")
-            meta = {"format": FORMAT, "version": _version(), "generation": generation}
-            temporary = place / f"meta.json.{generation}"
-            temporary.write_bytes(orjson.dumps(meta))
-            os.replace(temporary, place / "meta.json")
-            for stale in place.iterdir():
-                if stale.suffix == ".parquet" and not stale.stem.endswith(generation):
-                    with contextlib.suppress(OSError):
-                        stale.unlink()
+        write_tables(
+            place,
+            IndexTables(
+                files=self.files,
+                calls=self.calls,
+                tool_calls=self.tool_calls,
+                damaged=self.damaged,
+            ),
+        )
 
     def frames_with_paths(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """The calls and damaged rows with absolute ``path`` values."""
@@ -402,31 +354,6 @@ class CaptureIndex:
             self.calls.with_columns(absolute),
             self.damaged.with_columns(absolute),
         )
-
-
-@dataclass
-class _Tables:
-    files: pl.DataFrame
-    calls: pl.DataFrame
-    tool_calls: pl.DataFrame
-    damaged: pl.DataFrame
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _version() -> str:
-    try:
-        return metadata.version("ngcapture")
-    except metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "0"
 
 
 def _same_states(before: pl.DataFrame, after: pl.DataFrame) -> bool:
@@ -442,7 +369,7 @@ def _remaining(task: FileTask) -> int:
 
 
 def _state_dict(state: FileState) -> dict[str, Any]:
-    return {name: getattr(state, name) for name in _FILE_SCHEMA.names()}
+    return {name: getattr(state, name) for name in FILE_SCHEMA.names()}
 
 
 def _relative(frame: pl.DataFrame, root: Path) -> pl.DataFrame:
