@@ -89,7 +89,6 @@ from capture_core.store import (
     CaptureRead,
     CaptureStore,
     RawEntry,
-    damaged_entry,
     parse_capture,
     paused_gc,
 )
@@ -147,7 +146,6 @@ __all__ = [
     "classify_response",
     "classify_status",
     "conversation_digest",
-    "damaged_entry",
     "dialect_for_path",
     "extract_response",
     "format_event",

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main"]
+__all__ = ["ANALYSIS_COMMANDS", "main"]
 
 logger = logging.getLogger("ngcapture")
 
@@ -161,7 +161,8 @@ def _collect(args: argparse.Namespace) -> int:
     return 1 if summary.dispatched and not summary.ok else 0
 
 
-_ANALYSIS_COMMANDS = frozenset({"index", "report", "diff", "export-wandb"})
+#: Commands handed to ``ngcapture_viz.cli`` (which reads this set too).
+ANALYSIS_COMMANDS = frozenset({"index", "report", "diff", "export-wandb"})
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -225,7 +226,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ngcapture`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in _ANALYSIS_COMMANDS:
+    if argv and argv[0] in ANALYSIS_COMMANDS:
         # The analysis commands live with the analysis package (Polars, Plotly...).
         from ngcapture_viz.cli import main as analysis_main
 

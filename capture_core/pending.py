@@ -18,7 +18,15 @@ from typing import Final
 
 from capture_core.ids import validate_rollout_id
 
-__all__ = ["PENDING_DIR", "mark_pending", "pending_writes", "unmark_pending", "wait_for_pending"]
+__all__ = [
+    "PENDING_DIR",
+    "all_pending_writes",
+    "mark_pending",
+    "pending_marker",
+    "pending_writes",
+    "unmark_pending",
+    "wait_for_pending",
+]
 
 PENDING_DIR: Final = ".pending"
 _SEPARATOR: Final = "@"
@@ -28,7 +36,31 @@ def _marker(root: Path, rollout_id: str, model_call_id: str) -> Path:
     validate_rollout_id(rollout_id)
     if not model_call_id.isalnum() or not model_call_id.isascii():
         raise ValueError(f"model_call_id must be ASCII letters and digits, got {model_call_id!r}")
+    return pending_marker(root, rollout_id, model_call_id)
+
+
+def pending_marker(root: Path, rollout_id: str, model_call_id: str) -> Path:
+    """Where the pending marker of one call lives (it may or may not exist)."""
     return root / PENDING_DIR / f"{rollout_id}{_SEPARATOR}{model_call_id}"
+
+
+def all_pending_writes(root: Path) -> list[tuple[str, str]]:
+    """``(rollout_id, model_call_id)`` of every capture write still in flight, sorted.
+
+    Example:
+        >>> all_pending_writes(Path("/abs/results/model-calls"))  # doctest: +SKIP
+        [('3-0', 'c0ffee')]
+    """
+    try:
+        names = os.listdir(root / PENDING_DIR)
+    except OSError:  # no directory (nothing pending) or unreadable: nothing to report
+        return []
+    found = []
+    for name in sorted(names):
+        rollout_id, sep, call_id = name.partition(_SEPARATOR)
+        if sep:
+            found.append((rollout_id, call_id))
+    return found
 
 
 def mark_pending(root: Path, rollout_id: str, model_call_id: str) -> None:

@@ -52,7 +52,6 @@ __all__ = [
     "CaptureRead",
     "CaptureStore",
     "RawEntry",
-    "damaged_entry",
     "parse_capture",
     "paused_gc",
 ]

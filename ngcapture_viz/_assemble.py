@@ -15,14 +15,16 @@ from typing import Any
 import polars as pl
 
 from capture_core import MARKER_SUFFIX
+from capture_core.pending import pending_marker
 from ngcapture_viz.frames.calls import CALLS, CallColumns
 from ngcapture_viz.frames.gaps import GAPS, AnalysisGap, GapRows
 from ngcapture_viz.frames.rollouts import (
+    EVIDENCE,
     ROLLOUTS,
     TOKEN_TOTALS,
     call_totals,
+    finish_rollouts,
     rollout_parts,
-    task_field_columns,
 )
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS, ToolCallColumns
 from ngcapture_viz.index import CaptureIndex, IndexStats
@@ -114,7 +116,7 @@ class RunBuilder:
                 rollout_id=rollout_id,
                 model_call_id=call_id,
                 detail="the capture write had not landed when the run was opened",
-                path=str(root / ".pending" / f"{rollout_id}@{call_id}"),
+                path=str(pending_marker(root, rollout_id, call_id)),
             )
         lines = (
             pl.concat([calls.select("rollout_id"), damaged.select("rollout_id")])
@@ -328,56 +330,11 @@ class RunBuilder:
                 )
         schema = {name: ROLLOUTS.polars[name] for name in _BASE}
         frame = pl.DataFrame(base, schema=schema).with_columns(
-            pl.Series(_EVIDENCE, evidence, dtype=pl.Boolean)
+            pl.Series(EVIDENCE, evidence, dtype=pl.Boolean)
         )
         return frame, fields
 
 
-def finish_rollouts(
-    label: str,
-    base: pl.DataFrame,
-    fields: list[dict[str, Any]],
-    calls: pl.DataFrame,
-    gaps: pl.DataFrame,
-) -> pl.DataFrame:
-    totals = call_totals(calls)
-    gap_counts = (
-        gaps.filter(pl.col("rollout_id").is_not_null())
-        .group_by("rollout_id")
-        .agg(
-            pl.len().cast(pl.Int64).alias("num_gaps"),
-            (pl.col("code") == AnalysisGap.DAMAGED_LINE.value)
-            .sum()
-            .cast(pl.Int64)
-            .alias("num_damaged"),
-        )
-    )
-    frame = (
-        # Row order must stay the base's: the task-field columns are attached by position.
-        base.join(totals, on="rollout_id", how="left", maintain_order="left")
-        .join(gap_counts, on="rollout_id", how="left", maintain_order="left")
-        .with_columns(
-            # No call evidence at all (no capture, no attachment): the counts are unknown.
-            pl.when(pl.col(_EVIDENCE))
-            .then(pl.col(name).fill_null(0))
-            .otherwise(pl.col(name))
-            .alias(name)
-            for name in ("num_calls", "num_errors", "num_tool_calls")
-        )
-        .with_columns(
-            pl.col("num_gaps", "num_damaged").fill_null(0),
-            ((pl.col("completed_at") - pl.col("started_at")).dt.total_microseconds() / 1000).alias(
-                "wall_ms"
-            ),
-            pl.lit(label, dtype=pl.Categorical()).alias("run"),
-        )
-    )
-    frame = ROLLOUTS.conform(frame)
-    extras = task_field_columns(fields, ROLLOUTS.names)
-    return frame.with_columns(list(extras.values())) if extras else frame
-
-
-_EVIDENCE = "_has_call_evidence"
 _BASE = (
     "rollout_id",
     "task_id",

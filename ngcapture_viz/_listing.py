@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +9,7 @@ from stat import S_ISREG
 from typing import Any
 
 from capture_core import DATA_SUFFIX, MARKER_SUFFIX, is_valid_rollout_id
+from capture_core.pending import all_pending_writes
 from ngcapture_viz._scan import _PROBE, fingerprint
 from ngcapture_viz.exceptions import SourceError
 
@@ -58,11 +58,7 @@ class DirListing:
                 listing.markers.add(stem)
                 continue
             listing.foreign.append(name)
-        with contextlib.suppress(OSError):
-            for name in sorted(os.listdir(root / ".pending")):
-                rollout_id, sep, call_id = name.partition("@")
-                if sep:
-                    listing.pending.append((rollout_id, call_id))
+        listing.pending = all_pending_writes(root)
         return listing
 
 
@@ -70,28 +66,28 @@ def content_matches(path: Path, row: dict[str, Any]) -> bool:
     """Whether the file's read part still has the full hash recorded at its scan."""
     if row["full_hash"] is None:
         return False
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return False
-    try:
-        return bool(fingerprint(fd, 0, row["consumed"]) == row["full_hash"])
-    finally:
-        os.close(fd)
+    return _hashes(path, [(0, row["consumed"])]) == [row["full_hash"]]
 
 
 def prefix_matches(path: Path, row: dict[str, Any]) -> bool:
-    if row["full_hash"] is not None and not content_matches(path, row):
-        return False
+    """Whether the read part still hashes the same: its first and last 4 KiB, and all of it
+    when the scan kept a full hash (files modified close to their scan)."""
     consumed = row["consumed"]
+    ranges = [(0, min(_PROBE, consumed)), (max(0, consumed - _PROBE), consumed)]
+    expected = [row["head_hash"], row["tail_hash"]]
+    if row["full_hash"] is not None:
+        ranges.append((0, consumed))
+        expected.append(row["full_hash"])
+    return _hashes(path, ranges) == expected
+
+
+def _hashes(path: Path, ranges: list[tuple[int, int]]) -> list[str] | None:
+    """``fingerprint`` of each byte range of ``path`` (``None`` when it cannot be opened)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
-        return False
+        return None
     try:
-        return bool(
-            fingerprint(fd, 0, min(_PROBE, consumed)) == row["head_hash"]
-            and fingerprint(fd, max(0, consumed - _PROBE), consumed) == row["tail_hash"]
-        )
+        return [fingerprint(fd, start, end) for start, end in ranges]
     finally:
         os.close(fd)

@@ -12,7 +12,7 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import polars as pl
 
@@ -200,7 +200,3 @@ def _add_damage(
         line_number=line,
         byte_offset=offset,
     )
-
-
-def state_row(state: FileState) -> dict[str, Any]:
-    return {name: getattr(state, name) for name in FileState.__slots__}

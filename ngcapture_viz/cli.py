@@ -12,11 +12,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from capture_core.cli import ANALYSIS_COMMANDS
 from ngcapture_viz.exceptions import SourceError, VizError
 
 __all__ = ["COMMANDS", "main", "resolve_run"]
 
-COMMANDS = frozenset({"index", "report", "diff", "export-wandb"})
+COMMANDS = ANALYSIS_COMMANDS  # one list, owned by the entry point that dispatches on it
 
 
 def resolve_run(path: Path) -> tuple[Path | None, Path | None]:

@@ -40,6 +40,7 @@ from ngcapture_viz.bootstrap import (
     difference_intervals,
     estimate,
 )
+from ngcapture_viz.diff_pairing import pair_key, rollout_keys, unmatched, with_units
 from ngcapture_viz.diff_render import diff_figure, format_diff, number_text, percent_text
 from ngcapture_viz.exceptions import RegressionError
 
@@ -186,9 +187,9 @@ def diff(
         raise ValueError(f"by must be 'task' or 'rollout', not {by!r}")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be between 0 and 1, not {confidence!r}")
-    base_a, base_b = _rollout_keys(first), _rollout_keys(second)
-    key = _pair_key(base_a, base_b)
-    base_a, base_b = (_with_units(f, key, by) for f in (base_a, base_b))
+    base_a, base_b = rollout_keys(first), rollout_keys(second)
+    key = pair_key(base_a, base_b)
+    base_a, base_b = (with_units(f, key, by) for f in (base_a, base_b))
     shared = set(base_a["unit"]) & set(base_b["unit"])
     if paired is None:
         paired = bool(shared)
@@ -215,8 +216,8 @@ def diff(
         paired=paired,
         by=by,
         pair_key=key,
-        only_a=_unmatched(base_a, shared, by),
-        only_b=_unmatched(base_b, shared, by),
+        only_a=unmatched(base_a, shared, by),
+        only_b=unmatched(base_b, shared, by),
         excluded_a=base_a.height - kept_a.height,
         excluded_b=base_b.height - kept_b.height,
         tasks_a=len(tasks_a),
@@ -308,44 +309,6 @@ def _chosen(metrics: Sequence[str] | None) -> list[Metric]:
     if unknown:
         raise ValueError(f"unknown metric(s) {unknown}; valid metrics: {', '.join(METRIC_NAMES)}")
     return [m for m in METRICS if m.name in metrics]
-
-
-_KEY_COLUMNS: Final = ("rollout_id", "task_id", "task_index", "rollout_index", "num_gaps")
-
-
-def _rollout_keys(run: CaptureRun) -> pl.DataFrame:
-    """Every rollout of the run (rollouts frame, plus any rollout only its calls name)."""
-    schema = pl.Schema({name: run.rollouts.schema[name] for name in _KEY_COLUMNS})
-    base = run.rollouts.select(_KEY_COLUMNS)
-    extra = run.calls.select("rollout_id").unique().join(base, on="rollout_id", how="anti")
-    return pl.concat([base, extra], how="diagonal").cast(schema).sort("rollout_id")
-
-
-def _pair_key(a: pl.DataFrame, b: pl.DataFrame) -> str:
-    for column in ("task_id", "task_index"):
-        if a[column].null_count() == 0 and b[column].null_count() == 0:
-            return column
-    return "mixed"
-
-
-def _with_units(base: pl.DataFrame, key: str, by: str) -> pl.DataFrame:
-    rollout_id = pl.lit("rollout_id=") + pl.col("rollout_id")
-    if key == "task_id":
-        task = pl.col("task_id")
-    elif key == "task_index":
-        task = pl.col("task_index").cast(pl.String)
-    else:
-        index = pl.lit("task_index=") + pl.col("task_index").cast(pl.String)
-        task = pl.coalesce(pl.col("task_id"), index, rollout_id)
-    repeat = pl.coalesce(pl.col("rollout_index").cast(pl.String), rollout_id)
-    unit = task if by == "task" else task + pl.lit("#") + repeat
-    return base.with_columns(task.alias("task"), unit.alias("unit"))
-
-
-def _unmatched(base: pl.DataFrame, shared: set[str], by: str) -> tuple[str, ...]:
-    alone = base.filter(~pl.col("unit").is_in(list(shared)))
-    column = "task" if by == "task" else "rollout_id"
-    return tuple(sorted(set(alone[column].to_list())))
 
 
 def _sample(calls: pl.DataFrame, kept: pl.DataFrame, tasks: list[str]) -> Sample:

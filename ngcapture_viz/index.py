@@ -275,7 +275,7 @@ class CaptureIndex:
     def _run(
         self, tasks: list[FileTask], stats: IndexStats, *, progress: bool | None
     ) -> ScanResult:
-        sizes = [_remaining(task) for task in tasks]
+        sizes = [self._remaining(task) for task in tasks]
         total = sum(sizes)
         workers = min(self.workers, len(tasks))
         if workers <= 1 or total < PARALLEL_MIN_BYTES:
@@ -346,6 +346,11 @@ class CaptureIndex:
             ),
         )
 
+    def _remaining(self, task: FileTask) -> int:
+        """Bytes left to parse, from the listing's stat (no second stat per file)."""
+        stat = self.listing.stats.get(task.name)
+        return 0 if stat is None else max(0, stat.st_size - task.start)
+
     def frames_with_paths(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """The calls and damaged rows with absolute ``path`` values."""
         prefix = str(self.root) + os.sep
@@ -359,13 +364,6 @@ class CaptureIndex:
 def _same_states(before: pl.DataFrame, after: pl.DataFrame) -> bool:
     """Equal file states, ignoring when they were taken (keeping the older time is safe)."""
     return before.drop("scanned_ns").equals(after.drop("scanned_ns"))
-
-
-def _remaining(task: FileTask) -> int:
-    try:
-        return max(0, os.stat(task.path).st_size - task.start)
-    except OSError:
-        return 0
 
 
 def _state_dict(state: FileState) -> dict[str, Any]:

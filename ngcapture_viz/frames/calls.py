@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
 
-import orjson
 import polars as pl
 
 from capture_core import ModelCallRecord
@@ -228,10 +227,3 @@ class CallColumns:
         rows = pl.DataFrame({"row": pl.int_range(len(self), eager=True, dtype=pl.Int64)})
         joined = rows.join(names, on="row", how="left", maintain_order="left")
         return joined["name"].fill_null([]).cast(pl.List(pl.String()))
-
-
-def arguments_json(value: Any) -> str | None:
-    """The parsed arguments of a tool call as JSON text (``None`` when there are none)."""
-    if value is None:
-        return None
-    return orjson.dumps(value).decode()

@@ -10,8 +10,17 @@ import polars as pl
 
 from capture_core import split_attempt
 from ngcapture_viz.frames._columns import UTC_TIME, Column, FrameSchema
+from ngcapture_viz.frames.gaps import AnalysisGap
 
-__all__ = ["ROLLOUTS", "TOKEN_TOTALS", "call_totals", "rollout_parts", "task_field_columns"]
+__all__ = [
+    "EVIDENCE",
+    "ROLLOUTS",
+    "TOKEN_TOTALS",
+    "call_totals",
+    "finish_rollouts",
+    "rollout_parts",
+    "task_field_columns",
+]
 
 _INT = pl.Int64()
 _STR = pl.String()
@@ -131,3 +140,54 @@ def _dtype(values: Sequence[Any]) -> pl.DataType:
     if known and all(isinstance(v, int | float) and not isinstance(v, bool) for v in known):
         return _FLOAT
     return _STR
+
+
+#: Base-frame flag: the rollout has call evidence (a capture file or marker, or an attachment);
+#: without it the call counts stay null (unknown), never 0.
+EVIDENCE: Final = "_has_call_evidence"
+
+
+def finish_rollouts(
+    label: str,
+    base: pl.DataFrame,
+    fields: list[dict[str, Any]],
+    calls: pl.DataFrame,
+    gaps: pl.DataFrame,
+) -> pl.DataFrame:
+    """The rollouts frame: ``base`` (the fixed facts of each rollout and its ``EVIDENCE`` flag)
+    joined with call totals and gap counts, then the task-field columns attached by position."""
+    totals = call_totals(calls)
+    gap_counts = (
+        gaps.filter(pl.col("rollout_id").is_not_null())
+        .group_by("rollout_id")
+        .agg(
+            pl.len().cast(pl.Int64).alias("num_gaps"),
+            (pl.col("code") == AnalysisGap.DAMAGED_LINE.value)
+            .sum()
+            .cast(pl.Int64)
+            .alias("num_damaged"),
+        )
+    )
+    frame = (
+        # Row order must stay the base's: the task-field columns are attached by position.
+        base.join(totals, on="rollout_id", how="left", maintain_order="left")
+        .join(gap_counts, on="rollout_id", how="left", maintain_order="left")
+        .with_columns(
+            # No call evidence at all (no capture, no attachment): the counts are unknown.
+            pl.when(pl.col(EVIDENCE))
+            .then(pl.col(name).fill_null(0))
+            .otherwise(pl.col(name))
+            .alias(name)
+            for name in ("num_calls", "num_errors", "num_tool_calls")
+        )
+        .with_columns(
+            pl.col("num_gaps", "num_damaged").fill_null(0),
+            ((pl.col("completed_at") - pl.col("started_at")).dt.total_microseconds() / 1000).alias(
+                "wall_ms"
+            ),
+            pl.lit(label, dtype=pl.Categorical()).alias("run"),
+        )
+    )
+    frame = ROLLOUTS.conform(frame)
+    extras = task_field_columns(fields, ROLLOUTS.names)
+    return frame.with_columns(list(extras.values())) if extras else frame
