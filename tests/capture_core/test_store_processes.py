@@ -197,7 +197,11 @@ class _CrashLedger:
         self.complete_unterminated: set[int] = set()
 
     def note_tail(self) -> None:
-        content = self.store.path_for(self.rollout_id).read_bytes()
+        path = self.store.path_for(self.rollout_id)
+        if not path.exists():  # killed before its first append created the file
+            assert not self.reported, "a record was reported but its file does not exist"
+            return
+        content = path.read_bytes()
         if not content or content.endswith(b"\n"):
             return
         start = content.rfind(b"\n") + 1
