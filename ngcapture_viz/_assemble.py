@@ -24,7 +24,7 @@ from ngcapture_viz.frames.rollouts import (
     TOKEN_TOTALS,
     call_totals,
     finish_rollouts,
-    rollout_parts,
+    rollout_part_columns,
 )
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS, ToolCallColumns
 from ngcapture_viz.index import CaptureIndex, IndexStats
@@ -63,7 +63,7 @@ class RunBuilder:
         self.store_tools = TOOL_CALLS.empty()
         self.gaps = GapRows()
         self.gap_frames: list[pl.DataFrame] = []
-        self.store_rollouts: dict[str, dict[str, Any]] = {}
+        self.store_rollouts = pl.DataFrame(schema=_STORE_SCHEMA)
         self.records: RolloutSource | None = None
         self.index_stats: IndexStats | None = None
 
@@ -118,32 +118,38 @@ class RunBuilder:
                 detail="the capture write had not landed when the run was opened",
                 path=str(pending_marker(root, rollout_id, call_id)),
             )
-        lines = (
-            pl.concat([calls.select("rollout_id"), damaged.select("rollout_id")])
-            .group_by("rollout_id")
-            .len()
+        data = pl.DataFrame(
+            {"rollout_id": list(listing.data), "name": list(listing.data.values())},
+            schema={"rollout_id": pl.String(), "name": pl.String()},
         )
-        seen = dict(lines.iter_rows())
-        for rollout_id, name in listing.data.items():
-            if not seen.get(rollout_id) and name not in dict(idx.unreadable):
-                self.gaps.add(
-                    AnalysisGap.EMPTY_FILE,
-                    source="store",
-                    rollout_id=rollout_id,
-                    detail="the capture file holds no line",
-                    path=str(root / name),
-                )
+        with_lines = pl.concat([calls.select("rollout_id"), damaged.select("rollout_id")])
+        unreadable = [name for name, _ in idx.unreadable]
+        empty = data.join(with_lines.unique(), on="rollout_id", how="anti").filter(
+            ~pl.col("name").is_in(unreadable)
+        )
+        for rollout_id, name in empty.sort("rollout_id").iter_rows():
+            self.gaps.add(
+                AnalysisGap.EMPTY_FILE,
+                source="store",
+                rollout_id=rollout_id,
+                detail="the capture file holds no line",
+                path=str(root / name),
+            )
         pending: dict[str, int] = {}
         for rollout_id, _ in listing.pending:
             pending[rollout_id] = pending.get(rollout_id, 0) + 1
+        others = (listing.markers | set(pending)).difference(listing.data)
         prefix = str(root) + os.sep  # pathlib costs ~6 µs a join: too much per rollout
-        for rollout_id in set(listing.data) | listing.markers | set(pending):
-            file_name = listing.data.get(rollout_id)
-            self.store_rollouts[rollout_id] = {
-                "incomplete": rollout_id in listing.markers,
-                "pending_writes": pending.get(rollout_id, 0),
-                "path": prefix + file_name if file_name else None,
-            }
+        ids = [*listing.data, *others]
+        self.store_rollouts = pl.DataFrame(
+            {
+                "rollout_id": ids,
+                "incomplete": [rollout_id in listing.markers for rollout_id in ids],
+                "pending_writes": [pending.get(rollout_id, 0) for rollout_id in ids],
+                "path": [prefix + name for name in listing.data.values()] + [None] * len(others),
+            },
+            schema=_STORE_SCHEMA,
+        )
 
     # -- the rollout file -----------------------------------------------------------------
 
@@ -228,7 +234,7 @@ class RunBuilder:
     ) -> tuple[pl.DataFrame, pl.DataFrame]:
         """Compare attachments with the store; disagreements become gaps, nothing is dropped."""
         assert self.records is not None
-        in_store = pl.Series(list(self.store_rollouts), dtype=pl.String)
+        in_store = self.store_rollouts["rollout_id"]
         both = a_calls.filter(pl.col("rollout_id").is_in(in_store.implode()))
         key = ["rollout_id", "model_call_id"]
         missing = both.join(calls, on=key, how="anti")
@@ -281,60 +287,90 @@ class RunBuilder:
         """The rollout ids of both sources with their store and record facts."""
         has_store = self.sources.capture_dir is not None
         has_file = self.records is not None
-        records = {r.rollout_id: r for r in latest(self.records)}
-        ordered = sorted(set(self.store_rollouts) | set(records))
-        base: dict[str, list[Any]] = {name: [] for name in _BASE}
-        fields: list[dict[str, Any]] = []
-        evidence: list[bool] = []
-        for rollout_id in ordered:
-            record = records.get(rollout_id)
-            store = self.store_rollouts.get(rollout_id)
-            task_index, rollout_index, attempt = rollout_parts(rollout_id)
-            if record is not None:
-                task_index = record.task_index if record.task_index is not None else task_index
-                if record.rollout_index is not None:
-                    rollout_index = record.rollout_index
-            base["rollout_id"].append(rollout_id)
-            base["task_id"].append(record.task_id if record else None)
-            base["task_index"].append(task_index)
-            base["rollout_index"].append(rollout_index)
-            base["attempt"].append(attempt)
-            base["reward"].append(record.reward if record else None)
-            base["in_store"].append(store is not None if has_store else None)
-            base["in_rollouts"].append(record is not None if has_file else None)
-            base["incomplete"].append(store["incomplete"] if store else None)
-            base["pending_writes"].append(store["pending_writes"] if store else None)
-            base["path"].append(store["path"] if store else None)
-            base["rollouts_line"].append(record.line_number if record else None)
+        records = latest(self.records)
+        in_file = pl.DataFrame(
+            {
+                "rollout_id": [r.rollout_id for r in records],
+                "task_id": [r.task_id for r in records],
+                "record_task_index": [r.task_index for r in records],
+                "record_rollout_index": [r.rollout_index for r in records],
+                "reward": [r.reward for r in records],
+                "rollouts_line": [r.line_number for r in records],
+                "attached": [r.attachment is not None for r in records],
+                "_record": range(len(records)),
+            },
+            schema={
+                "rollout_id": pl.String(),
+                "task_id": ROLLOUTS.polars["task_id"],
+                "record_task_index": pl.Int64(),
+                "record_rollout_index": pl.Int64(),
+                "reward": ROLLOUTS.polars["reward"],
+                "rollouts_line": ROLLOUTS.polars["rollouts_line"],
+                "attached": pl.Boolean(),
+                "_record": pl.Int64(),
+            },
+        )
+        store = self.store_rollouts.with_columns(pl.lit(True).alias("_stored"))
+        joined = (
+            store.join(in_file, on="rollout_id", how="full", coalesce=True)
+            .sort("rollout_id")
+            .with_columns(rollout_part_columns(pl.col("rollout_id")))
+        )
+        stored = pl.col("_stored").fill_null(False)
+        listed = pl.col("_record").is_not_null()
+        frame = joined.select(
+            "rollout_id",
+            "task_id",
+            pl.coalesce("record_task_index", "task_index").alias("task_index"),
+            pl.coalesce("record_rollout_index", "rollout_index").alias("rollout_index"),
+            "attempt",
+            "reward",
+            (stored if has_store else pl.lit(None, pl.Boolean())).alias("in_store"),
+            (listed if has_file else pl.lit(None, pl.Boolean())).alias("in_rollouts"),
+            "incomplete",
+            "pending_writes",
+            "path",
+            "rollouts_line",
             # Call evidence: a capture file or marker, or an attachment listing the calls.
-            evidence.append(
-                store is not None or (record is not None and record.attachment is not None)
-            )
-            fields.append(record.fields if record else {})
-            if has_store and has_file and store is None:
+            (stored | pl.col("attached").fill_null(False)).alias(EVIDENCE),
+        ).cast({name: ROLLOUTS.polars[name] for name in _BASE})
+        if has_store and has_file:
+            self._comparison_gaps(joined.filter(~stored | ~listed))
+        rows = joined["_record"].to_list()
+        fields = [{} if i is None else records[i].fields for i in rows] if records else []
+        return frame, fields
+
+    def _comparison_gaps(self, one_sided: pl.DataFrame) -> None:
+        """Rollouts in the store or in the rollout file, but not in both."""
+        columns = ("rollout_id", "_stored", "rollouts_line", "path")
+        for rollout_id, stored, line, path in one_sided.select(columns).iter_rows():
+            if not stored:
                 self.gaps.add(
                     AnalysisGap.NOT_IN_STORE,
                     source="comparison",
                     rollout_id=rollout_id,
                     detail="no capture file, marker or pending write",
                     path=str(self.sources.rollouts),
-                    line_number=record.line_number if record else None,
+                    line_number=line,
                 )
-            elif has_store and has_file and record is None:
+            else:
                 self.gaps.add(
                     AnalysisGap.NOT_IN_ROLLOUTS,
                     source="comparison",
                     rollout_id=rollout_id,
                     detail="captured, but no record in the rollout file",
-                    path=store["path"] if store else None,
+                    path=path,
                 )
-        schema = {name: ROLLOUTS.polars[name] for name in _BASE}
-        frame = pl.DataFrame(base, schema=schema).with_columns(
-            pl.Series(EVIDENCE, evidence, dtype=pl.Boolean)
-        )
-        return frame, fields
 
 
+_STORE_SCHEMA = pl.Schema(
+    {
+        "rollout_id": pl.String(),
+        "incomplete": pl.Boolean(),
+        "pending_writes": pl.Int64(),
+        "path": pl.String(),
+    }
+)
 _BASE = (
     "rollout_id",
     "task_id",

@@ -30,7 +30,7 @@ class DirListing:
     def read(cls, root: Path) -> DirListing:
         try:
             with os.scandir(root) as scan:
-                entries = sorted(scan, key=lambda entry: entry.name)
+                by_name = {entry.name: entry for entry in scan}
         except FileNotFoundError:
             raise SourceError(f"capture directory {str(root)!r} does not exist") from None
         except NotADirectoryError:
@@ -38,14 +38,13 @@ class DirListing:
         except OSError as exc:
             raise SourceError(f"capture directory {str(root)!r}: {exc.strerror}") from None
         listing = cls()
-        for entry in entries:
-            name = entry.name
+        for name in sorted(by_name):
             if name.startswith("."):
                 continue  # tool-owned: .pending, .cleared, the index...
             stem = name.removesuffix(DATA_SUFFIX)
             if stem != name and is_valid_rollout_id(stem):
                 try:
-                    stat = entry.stat(follow_symlinks=False)
+                    stat = by_name[name].stat(follow_symlinks=False)
                 except OSError:
                     stat = None
                 if stat is None or S_ISREG(stat.st_mode):

@@ -21,6 +21,7 @@ import hashlib
 import logging
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -149,8 +150,11 @@ class CaptureIndex:
         """
         scan_ns = time.time_ns()
         self._settled = set()
-        self.listing = DirListing.read(self.root)
-        old = self._load() if reuse else None
+        # Reading the saved tables (Polars, off the GIL) overlaps the directory's stats.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            saved = pool.submit(self._load) if reuse else None
+            self.listing = DirListing.read(self.root)
+            old = saved.result() if saved is not None else None
         stats = IndexStats(location=self.location() or self.candidates()[0])
         tasks, keep = self._plan(old, stats, scan_ns)
         result = self._run(tasks, stats, progress=progress)
@@ -193,22 +197,19 @@ class CaptureIndex:
     ) -> tuple[list[FileTask], set[str]]:
         """Decide per file: reuse, append or re-read. Returns the tasks and the names kept."""
         listing = self.listing
-        names = list(listing.data.values())
         keep: set[str] = set()  # files whose rows before ``consumed`` stay
         previous: dict[str, dict[str, Any]] = {}
         if old is not None:
-            # Vectorized first pass: most files are unchanged on a warm open.
-            facts: list[tuple[int | None, int | None, int | None]] = []
-            for name in names:
-                stat = listing.stats.get(name)
-                facts.append(
-                    (None, None, None)
-                    if stat is None
-                    else (stat.st_ino, stat.st_size, stat.st_mtime_ns)
-                )
-            inodes, sizes, mtimes = zip(*facts, strict=True) if facts else ((), (), ())
+            # Vectorized first pass: most files are unchanged on a warm open. A file that
+            # could not be stat'ed has no row here and is re-read below.
+            stats_now = listing.stats.values()
             current = pl.DataFrame(
-                {"name": names, "now_inode": inodes, "now_size": sizes, "now_mtime": mtimes},
+                {
+                    "name": list(listing.stats),
+                    "now_inode": [stat.st_ino for stat in stats_now],
+                    "now_size": [stat.st_size for stat in stats_now],
+                    "now_mtime": [stat.st_mtime_ns for stat in stats_now],
+                },
                 schema={
                     "name": pl.String(),
                     "now_inode": pl.Int64(),
@@ -232,8 +233,10 @@ class CaptureIndex:
                     if not is_racy(candidate["now_mtime"], scan_ns):
                         self._settled.add(candidate["name"])  # hash-checked once: trust mtime
             stats.reused = len(keep)
-            changed = joined.filter(~pl.col("name").is_in(list(keep))).select(old.files.columns)
-            previous = {row["name"]: row for row in changed.iter_rows(named=True)}
+            changed = joined.filter(~(same & ~racy)).select(old.files.columns)
+            previous = {
+                row["name"]: row for row in changed.iter_rows(named=True) if row["name"] not in keep
+            }
             stats.removed = old.files.height - joined.height
         tasks: list[FileTask] = []
         for rollout_id, name in listing.data.items():

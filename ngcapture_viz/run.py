@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 import polars as pl
 
-from capture_core import InvalidRecordError, ModelCallRecord, normalize_line
+from capture_core import InvalidRecordError, ModelCallRecord, normalize_line, paused_gc
 from ngcapture_viz._assemble import RunBuilder, Sources
 from ngcapture_viz.exceptions import DamagedSourceError, PayloadUnavailableError, SourceError
 from ngcapture_viz.frames.calls import CALLS
@@ -202,16 +202,19 @@ def open_run(
     if label is None:
         label = _default_label(sources)
     builder = RunBuilder(label, sources)
-    if sources.capture_dir is not None:
-        builder.read_store(
-            index=index,
-            index_dir=index_dir,
-            workers=workers,
-            progress=progress,
-        )
-    if sources.rollouts is not None:
-        builder.read_rollouts(read_rollouts(sources.rollouts))
-    frames = builder.build()
+    # Listing and assembly allocate tens of thousands of short-lived containers; the cyclic
+    # collector would only rescan them (measured: ~20% of a warm open).
+    with paused_gc():
+        if sources.capture_dir is not None:
+            builder.read_store(
+                index=index,
+                index_dir=index_dir,
+                workers=workers,
+                progress=progress,
+            )
+        if sources.rollouts is not None:
+            builder.read_rollouts(read_rollouts(sources.rollouts))
+        frames = builder.build()
     run = CaptureRun(
         label,
         calls=frames.calls,

@@ -18,6 +18,7 @@ __all__ = [
     "TOKEN_TOTALS",
     "call_totals",
     "finish_rollouts",
+    "rollout_part_columns",
     "rollout_parts",
     "task_field_columns",
 ]
@@ -84,6 +85,35 @@ def rollout_parts(rollout_id: str) -> tuple[int | None, int | None, int]:
     if match is None:
         return None, None, parts.attempt
     return int(match[1]), int(match[2]), parts.attempt
+
+
+# ``split_attempt``'s suffix and ``_PAIR`` for Polars' regex engine (ids are ASCII).
+_ATTEMPT_TAIL: Final = r"-a([1-9][0-9]*)$"
+_PAIR_COLUMNS: Final = r"^([0-9]+)-([0-9]+)$"
+
+
+def rollout_part_columns(rollout_id: pl.Expr) -> list[pl.Expr]:
+    """``rollout_parts`` for a whole column: ``task_index``, ``rollout_index`` and ``attempt``.
+
+    An index too large for Int64 is null (unknown) rather than an error.
+
+    Example:
+        >>> pl.DataFrame({"id": ["3-2-a1", "custom-id"]}).select(
+        ...     rollout_part_columns(pl.col("id"))
+        ... ).rows()
+        [(3, 2, 1), (None, None, 0)]
+    """
+    attempt = rollout_id.str.extract(_ATTEMPT_TAIL, 1)
+    base = rollout_id.str.replace(_ATTEMPT_TAIL, "")
+    return [
+        base.str.extract(_PAIR_COLUMNS, 1).cast(_INT, strict=False).alias("task_index"),
+        base.str.extract(_PAIR_COLUMNS, 2).cast(_INT, strict=False).alias("rollout_index"),
+        pl.when(attempt.is_null())
+        .then(0)
+        .otherwise(attempt.cast(_INT, strict=False))
+        .cast(_INT)
+        .alias("attempt"),
+    ]
 
 
 def call_totals(calls: pl.DataFrame) -> pl.DataFrame:

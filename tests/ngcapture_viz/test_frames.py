@@ -34,10 +34,12 @@ from capture_core import (
     ModelCallRecord,
     aggregate_model_call_metrics,
     aggregate_model_call_records,
+    is_valid_rollout_id,
     read_model_call_records,
 )
 from capture_core.testing import CaptureLineFactory, RunSpec, write_run
 from ngcapture_viz.frames import CALLS, GAPS, ROLLOUTS, TOOL_CALLS, UTC_TIME
+from ngcapture_viz.frames.rollouts import rollout_part_columns, rollout_parts
 from tests.ngcapture_viz.conftest import write_capture
 
 ROLLOUTS_N = 10_000
@@ -450,3 +452,25 @@ def test_to_parquet_round_trips_every_frame(capture_dir: Path, tmp_path: Path) -
     for name, path in written.items():
         back = pl.read_parquet(path)
         assert_frame_equal(back, getattr(run, name), categorical_as_str=True)
+
+
+def test_rollout_part_columns_agree_with_rollout_parts() -> None:
+    rng = random.Random(7)
+    alphabet = "0123456789-a.b_"
+    ids = ["3-2", "3-2-a1", "3-2-a0", "3-2-a01", "s7-3-2-a12", "custom-id", "0-0-a9-a3"]
+    ids += ["7-1-a", "12-34-a5x", "1-2-3", "99999999999999999999-1", "1-1-a99999999999999999999"]
+    ids += [
+        "x" + "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12))) for _ in range(300)
+    ]
+    ids += [
+        "".join(rng.choice("0123456789-a") for _ in range(rng.randint(1, 9))) for _ in range(300)
+    ]
+    ids = [i for i in ids if is_valid_rollout_id(i)]
+    assert len(ids) > 400
+    got = pl.DataFrame({"id": ids}).select(rollout_part_columns(pl.col("id"))).rows()
+    int64 = range(-(2**63), 2**63)
+    expected = [
+        tuple(None if v is not None and v not in int64 else v for v in rollout_parts(i))
+        for i in ids
+    ]
+    assert got == expected
