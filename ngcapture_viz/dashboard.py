@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import plotly
 import plotly.colors
@@ -176,23 +176,34 @@ def run_colors(runs: Sequence[str]) -> dict[str, str]:
 
 
 def latency_figure(table: pl.DataFrame, by: Sequence[str]) -> go.Figure:
-    """p50/p90/p95/p99 of total latency and TTFT per group (``stats.latency_percentiles``)."""
-    fig = make_subplots(rows=2, cols=1, subplot_titles=LATENCY_METRICS, vertical_spacing=0.25)
+    """p50/p90/p95/p99 of total latency and TTFT per group (``stats.latency_percentiles``).
+
+    Up to ``HORIZONTAL_FROM - 1`` groups the bars stand side by side; with more (many models,
+    dialects or runs) they lie down, one labelled row per group, and the figure grows with them.
+    """
+    groups = table.filter(pl.col("metric") == LATENCY_METRICS[0]).height
+    horizontal = groups >= HORIZONTAL_FROM
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        subplot_titles=LATENCY_METRICS,
+        vertical_spacing=0.25 if not horizontal else 0.08,
+    )
     for row, metric in enumerate(LATENCY_METRICS, start=1):
         rows = table.filter(pl.col("metric") == metric)
-        x = _labels_with_coverage(rows, by)
+        labels = _labels_with_coverage(rows, by)
         for name in PERCENTILES:
             fig.add_trace(
-                go.Bar(
-                    x=x,
-                    y=rows[name].to_list(),
+                _bar(
+                    labels,
+                    rows[name].to_list(),
+                    horizontal=horizontal,
                     name=name,
                     legendgroup=name,
                     showlegend=row == 1,
                     marker_color=_PERCENTILE_COLORS[name],  # same colour in both panels
                     customdata=_coverage_data(rows),
-                    hovertemplate=f"%{{x}}<br>{name} %{{y:,.1f}} ms<br>{_COVERAGE_HOVER}"
-                    "<extra></extra>",
+                    hovertemplate=_hover(name, "ms", horizontal=horizontal),
                 ),
                 row=row,
                 col=1,
@@ -201,31 +212,61 @@ def latency_figure(table: pl.DataFrame, by: Sequence[str]) -> go.Figure:
         title="Latency percentiles (ms) by " + ", ".join(by) + "; coverage under each group",
         barmode="group",
     )
-    fig.update_yaxes(title_text="ms")
+    _value_axis(fig, "ms", horizontal=horizontal)
+    if horizontal:
+        fig.update_layout(height=_lying_height(groups, len(PERCENTILES), panels=2))
     return fig
 
 
 def throughput_figure(table: pl.DataFrame, by: Sequence[str]) -> go.Figure:
-    """p50 and p95 of output tokens per second per group (``stats.throughput_summary``)."""
-    x = _labels_with_coverage(table, by)
+    """p50 and p95 of output tokens per second per group (``stats.throughput_summary``);
+    lying bars from ``HORIZONTAL_FROM`` groups on, like ``latency_figure``."""
+    labels = _labels_with_coverage(table, by)
+    horizontal = table.height >= HORIZONTAL_FROM
     fig = go.Figure()
     for name in ("p50", "p95"):
         fig.add_trace(
-            go.Bar(
-                x=x,
-                y=table[name].to_list(),
+            _bar(
+                labels,
+                table[name].to_list(),
+                horizontal=horizontal,
                 name=name,
                 customdata=_coverage_data(table),
-                hovertemplate=f"%{{x}}<br>{name} %{{y:,.1f}} tokens/s<br>{_COVERAGE_HOVER}"
-                "<extra></extra>",
+                hovertemplate=_hover(name, "tokens/s", horizontal=horizontal),
             )
         )
-    fig.update_layout(
-        title="Output tokens per second; coverage under each group",
-        barmode="group",
-        yaxis_title="tokens / s",
-    )
+    fig.update_layout(title="Output tokens per second; coverage under each group", barmode="group")
+    _value_axis(fig, "tokens / s", horizontal=horizontal)
+    if horizontal:
+        fig.update_layout(height=_lying_height(table.height, 2, panels=1))
     return fig
+
+
+#: From this many groups on, the percentile bars lie down (one readable row per group).
+HORIZONTAL_FROM: Final = 7
+
+
+def _bar(labels: list[str], values: list[Any], *, horizontal: bool, **style: Any) -> go.Bar:
+    if horizontal:
+        return go.Bar(x=values, y=labels, orientation="h", **style)
+    return go.Bar(x=labels, y=values, orientation="v", **style)  # explicit: widgets switch
+
+
+def _hover(name: str, unit: str, *, horizontal: bool) -> str:
+    label, value = ("%{y}", "%{x:,.1f}") if horizontal else ("%{x}", "%{y:,.1f}")
+    return f"{label}<br>{name} {value} {unit}<br>{_COVERAGE_HOVER}<extra></extra>"
+
+
+def _value_axis(fig: go.Figure, title: str, *, horizontal: bool) -> None:
+    if horizontal:
+        fig.update_xaxes(title_text=title)
+        fig.update_yaxes(autorange="reversed")  # the first group on top, like a table
+    else:
+        fig.update_yaxes(title_text=title)
+
+
+def _lying_height(groups: int, bars: int, *, panels: int) -> int:
+    return 160 + panels * groups * (bars * 9 + 16)
 
 
 def calls_over_time_figure(table: pl.DataFrame, runs: Sequence[str]) -> go.Figure:

@@ -184,3 +184,9 @@ def _update_in_place(target: go.FigureWidget, fresh: go.Figure) -> None:
             old.update(props, overwrite=True)
         target.layout.annotations = fresh.layout.annotations
         target.layout.xaxis.categoryarray = fresh.layout.xaxis.categoryarray
+        # Percentile bars lie down past a number of groups: follow the axes and the height.
+        target.layout.height = fresh.layout.height
+        for axis in ("xaxis", "yaxis", "xaxis2", "yaxis2"):
+            if axis in target.layout and axis in fresh.layout:
+                target.layout[axis].title = fresh.layout[axis].title
+                target.layout[axis].autorange = fresh.layout[axis].autorange

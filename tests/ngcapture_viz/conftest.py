@@ -49,3 +49,13 @@ def capture_dir(tmp_path: Path) -> Path:
 def line_factory() -> CaptureLineFactory:
     """Varied, realistic capture lines; seed 0, so the same lines on every run."""
     return CaptureLineFactory(seed=0)
+
+
+def bar_values(trace: Any) -> list[Any]:
+    """A bar trace's values, whichever way its bars point."""
+    return list(trace.x if trace.orientation == "h" else trace.y)
+
+
+def bar_labels(trace: Any) -> list[Any]:
+    """A bar trace's group labels, whichever way its bars point."""
+    return list(trace.y if trace.orientation == "h" else trace.x)

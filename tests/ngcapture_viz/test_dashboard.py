@@ -11,7 +11,7 @@ import pytest
 
 import ngcapture_viz as ngv
 from capture_core.testing import RunSpec, write_run
-from ngcapture_viz.dashboard import dashboard
+from ngcapture_viz.dashboard import HORIZONTAL_FROM, dashboard, latency_figure, throughput_figure
 from ngcapture_viz.frames import CALLS
 from ngcapture_viz.stats import (
     ANY_ERROR,
@@ -23,6 +23,7 @@ from ngcapture_viz.stats import (
     token_histogram,
     token_summary,
 )
+from tests.ngcapture_viz.conftest import bar_labels, bar_values
 
 
 @pytest.fixture(scope="module")
@@ -173,12 +174,12 @@ def test_latency_figure_plots_the_percentile_table(stacked: ngv.CaptureRun) -> N
         rows = table.filter(pl.col("metric") == metric)
         for j, name in enumerate(PERCENTILES):
             trace = fig.data[i * 4 + j]
-            assert list(trace.y) == rows[name].to_list()
+            assert bar_values(trace) == rows[name].to_list()
             assert [list(c) for c in trace.customdata] == [
                 list(r) for r in rows.select("n_reported", "n_calls").rows()
             ]
         first = rows.row(0, named=True)
-        assert fig.data[i * 4].x[0] == (
+        assert bar_labels(fig.data[i * 4])[0] == (
             f"{first['run']} · {first['model']} · {first['dialect']}"
             f"<br>{first['n_reported']:,}/{first['n_calls']:,} reported"
         )
@@ -216,8 +217,8 @@ def test_stacked_runs_get_one_trace_per_run(
 def test_throughput_figure_plots_the_table(stacked: ngv.CaptureRun) -> None:
     dash = dashboard(stacked)
     table, fig = dash.tables["throughput"], dash.figures["throughput"]
-    assert list(fig.data[0].y) == table["p50"].to_list()
-    assert list(fig.data[1].y) == table["p95"].to_list()
+    assert bar_values(fig.data[0]) == table["p50"].to_list()
+    assert bar_values(fig.data[1]) == table["p95"].to_list()
     reported = stacked.calls["output_tokens_per_s"].is_not_null().sum()
     assert table["n_reported"].sum() == reported
 
@@ -263,3 +264,34 @@ def test_100k_calls_build_fast_without_a_marker_per_call(runs: tuple[ngv.Capture
             assert _points(trace) <= 5_000, (name, trace.name)
     assert sum(dash.figures["tokens"].data[1].y) == calls["tokens_out"].is_not_null().sum()
     assert dash.tables["latency"]["n_calls"].sum() == 2 * n
+
+
+def test_many_groups_lie_down_with_every_value_on_the_value_axis(stacked: ngv.CaptureRun) -> None:
+    models = [f"model-{i}" for i in range(6)]
+    calls = stacked.calls.with_columns(
+        pl.Series("model", [models[i % 6] for i in range(stacked.calls.height)]).cast(
+            pl.Categorical()
+        )
+    )
+    by = ["run", "model", "dialect"]
+    table = latency_percentiles(calls, by)
+    groups = table.filter(pl.col("metric") == "latency_total_ms").height
+    assert groups >= HORIZONTAL_FROM
+    fig = latency_figure(table, by)
+    for i, metric in enumerate(("latency_total_ms", "latency_ttft_ms")):
+        rows = table.filter(pl.col("metric") == metric)
+        for j, name in enumerate(PERCENTILES):
+            trace = fig.data[i * 4 + j]
+            assert trace.orientation == "h"
+            assert list(trace.x) == rows[name].to_list()
+            assert len(set(trace.y)) == groups  # one labelled row per group
+            assert trace.y[0].startswith(f"{rows['run'][0]} · {rows['model'][0]}")
+    assert fig.layout.yaxis.autorange == "reversed"
+    assert fig.layout.height > 500
+    throughput = throughput_summary(calls, by)
+    lying = throughput_figure(throughput, by)
+    assert [t.orientation for t in lying.data] == ["h", "h"]
+    assert list(lying.data[0].x) == throughput["p50"].to_list()
+    few = throughput_figure(throughput.head(HORIZONTAL_FROM - 1), by)
+    assert [t.orientation for t in few.data] == ["v", "v"]
+    assert list(few.data[1].y) == throughput.head(HORIZONTAL_FROM - 1)["p95"].to_list()

@@ -13,6 +13,7 @@ import ngcapture_viz as ngv
 from capture_core.testing import RunSpec, write_run
 from ngcapture_viz.stats import PERCENTILES, calls_over_time, latency_percentiles, token_histogram
 from ngcapture_viz.widget import CaptureDashboard
+from tests.ngcapture_viz.conftest import bar_labels, bar_values
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,7 @@ def dash(runs: list[ngv.CaptureRun]) -> CaptureDashboard:
 
 def _latency_y(dash: CaptureDashboard, percentile: str = "p95") -> list[float | None]:
     index = list(PERCENTILES).index(percentile)
-    return list(dash.figure_widgets["latency"].data[index].y)
+    return bar_values(dash.figure_widgets["latency"].data[index])
 
 
 def test_widget_is_a_vbox_holding_the_filters_and_figure_widgets(dash: CaptureDashboard) -> None:
@@ -49,7 +50,7 @@ def test_widget_is_a_vbox_holding_the_filters_and_figure_widgets(dash: CaptureDa
 def test_model_filter_rewrites_latency_traces_in_place(dash: CaptureDashboard) -> None:
     figure = dash.figure_widgets["latency"]
     trace = figure.data[2]
-    before = list(trace.y)
+    before = bar_values(trace)
     full = latency_percentiles(dash.calls)
     assert before == full.filter(pl.col("metric") == "latency_total_ms")["p95"].to_list()
 
@@ -59,9 +60,11 @@ def test_model_filter_rewrites_latency_traces_in_place(dash: CaptureDashboard) -
     expected = latency_percentiles(dash.calls.filter(pl.col("model") == "sim-model-1"))
     total = expected.filter(pl.col("metric") == "latency_total_ms")
     assert _latency_y(dash) == total["p95"].to_list() != before
-    assert all("sim-model-1" in x for x in trace.x)
+    assert all("sim-model-1" in label for label in bar_labels(trace))
+    # Fewer groups: the bars stood up again, and the axes followed.
+    assert trace.orientation == "v" and figure.layout.yaxis.autorange is None
     ttft = expected.filter(pl.col("metric") == "latency_ttft_ms")
-    assert list(figure.data[4].y) == ttft["p50"].to_list()
+    assert bar_values(figure.data[4]) == ttft["p50"].to_list()
 
     dash.filters["model"].value = ()  # empty selection: no filter
     assert _latency_y(dash) == before
