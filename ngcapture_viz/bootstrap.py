@@ -43,7 +43,9 @@ __all__ = [
     "Metric",
     "Sample",
     "difference_intervals",
+    "difference_p_values",
     "estimate",
+    "holm",
     "quantile_replicates",
     "ratio_replicates",
     "resample_clusters",
@@ -200,6 +202,52 @@ def difference_intervals(
         return {}
     row = replicates.select(exprs).row(0)
     return {name: tuple(row[4 * k : 4 * k + 4]) for k, name in enumerate(names)}
+
+
+def difference_p_values(replicates: pl.DataFrame, names: Sequence[str]) -> dict[str, float | None]:
+    """Two-sided bootstrap p-value of ``b − a`` for every metric in ``names``.
+
+    ``2 · min(#{δ* ≤ 0} + 1, #{δ* ≥ 0} + 1) / (B + 1)``, capped at 1, over the ``B``
+    resamples: the smallest level at which the percentile interval would reach zero, with
+    the usual +1 so that no finite bootstrap claims p = 0. Unknown (``None``) under the
+    same rule as the intervals: some resample has no difference.
+
+    Example:
+        >>> reps = pl.DataFrame({"a|m": [1.0, 1.0, 1.0], "b|m": [2.0, 3.0, 0.5]})
+        >>> difference_p_values(reps, ["m"])["m"]
+        1.0
+    """
+    exprs = []
+    for name in names:
+        spread = pl.col(f"b|{name}") - pl.col(f"a|{name}")
+        below = (spread <= 0).sum() + 1
+        above = (spread >= 0).sum() + 1
+        share = 2 * pl.min_horizontal(below, above) / (pl.len() + 1)
+        known = spread.is_not_null().all() & (pl.len() > 0)
+        exprs.append(pl.when(known).then(pl.min_horizontal(share, 1.0)).alias(name))
+    if not exprs:
+        return {}
+    return dict(zip(names, replicates.select(exprs).row(0), strict=True))
+
+
+def holm(p_values: Mapping[str, float | None]) -> dict[str, float | None]:
+    """Holm's step-down adjustment over the known p-values (unknown ones stay ``None``).
+
+    With ``m`` known p-values sorted ascending, the ``i``-th (from 1) becomes
+    ``max_{j ≤ i} min(1, (m − j + 1) · p_(j))``: rejecting where the adjusted value is below
+    α keeps the chance of *any* false alarm across the metrics at most α.
+
+    Example:
+        >>> holm({"x": 0.01, "y": 0.04, "z": 0.03, "w": None})
+        {'x': 0.03, 'y': 0.06, 'z': 0.06, 'w': None}
+    """
+    known = sorted((p, name) for name, p in p_values.items() if p is not None)
+    adjusted: dict[str, float | None] = dict.fromkeys(p_values)
+    running = 0.0
+    for rank, (p, name) in enumerate(known):
+        running = max(running, min(1.0, (len(known) - rank) * p))
+        adjusted[name] = running
+    return adjusted
 
 
 # -- estimating the diff metrics of two samples --------------------------------------------

@@ -38,7 +38,9 @@ from ngcapture_viz.bootstrap import (
     Metric,
     Sample,
     difference_intervals,
+    difference_p_values,
     estimate,
+    holm,
 )
 from ngcapture_viz.diff_pairing import pair_key, rollout_keys, unmatched, with_units
 from ngcapture_viz.diff_render import diff_figure, format_diff, number_text, percent_text
@@ -59,6 +61,7 @@ DIFF_SCHEMA: Final = pl.Schema(
         **dict.fromkeys(("value_a", "value_b", "diff", "rel_diff"), _FLOAT),
         **dict.fromkeys(("ci_low", "ci_high", "rel_ci_low", "rel_ci_high"), _FLOAT),
         "ci_excludes_zero": pl.Boolean(),
+        **dict.fromkeys(("p_value", "p_holm"), _FLOAT),
         **dict.fromkeys(("n_a", "n_b"), _INT),
         **dict.fromkeys(("coverage_a", "coverage_b"), _FLOAT),
         **dict.fromkeys(("tasks_a", "tasks_b"), _INT),
@@ -73,7 +76,10 @@ class CheckpointDiff:
     Attributes:
         frame: one row per metric (schema ``DIFF_SCHEMA``): ``value_a``, ``value_b``,
             ``diff`` (b − a), ``rel_diff`` (b / a − 1), the bootstrap interval of each
-            (``ci_*``, ``rel_ci_*``; null when it cannot be computed), the units each value
+            (``ci_*``, ``rel_ci_*``; null when it cannot be computed), the two-sided bootstrap
+            p-value of the difference (``p_value``) and its Holm adjustment across the
+            metrics of this diff (``p_holm``: below α, the change holds even after looking at
+            every metric at once), the units each value
             rests on (``n_*``), the share of units that reported the metric (``coverage_*``)
             and the tasks resampled (``tasks_*``).
         label_a, label_b: the runs compared (differences are b − a).
@@ -331,8 +337,15 @@ def _summarise(
     original = reps.filter(pl.col(BOOT) == -1).row(0, named=True)
     resampled = reps.filter(pl.col(BOOT) >= 0)
     intervals: dict[str, tuple[float | None, ...]] = {}
+    p_values: dict[str, float | None] = {}
     if resampled.height > 0 and min(tasks_a, tasks_b) >= 2:
-        intervals = difference_intervals(resampled, [m.name for m in metrics], confidence)
+        names = [m.name for m in metrics]
+        intervals = difference_intervals(resampled, names, confidence)
+        p_values = difference_p_values(resampled, names)
+    for m in metrics:  # no difference, no p-value (and it takes no part in Holm's count)
+        if original[f"a|{m.name}"] is None or original[f"b|{m.name}"] is None:
+            p_values[m.name] = None
+    adjusted = holm(p_values)
     rows = []
     for m in metrics:
         a_name, b_name = f"a|{m.name}", f"b|{m.name}"
@@ -359,6 +372,8 @@ def _summarise(
                 "rel_ci_low": rel_low,
                 "rel_ci_high": rel_high,
                 "ci_excludes_zero": _excludes_zero(low, high),
+                "p_value": p_values.get(m.name),
+                "p_holm": adjusted.get(m.name),
                 "n_a": n_a,
                 "n_b": n_b,
                 "coverage_a": _share(n_a, estimates.eligible.get(a_name, 0)),

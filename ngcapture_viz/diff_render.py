@@ -37,8 +37,10 @@ def format_diff(d: CheckpointDiff) -> str:
         f"{'metric':<29}{a:>12}{b:>12}{'diff':>12}{'rel':>9}  "
         f"{level + ' interval':<22}{'n a/b':>13}  coverage a/b",
     ]
+    alpha = 1.0 - d.confidence
     for r in d.frame.iter_rows(named=True):
-        mark = "*" if r["ci_excludes_zero"] else " "
+        holds = r["p_holm"] is not None and r["p_holm"] < alpha
+        mark = "**" if holds and r["ci_excludes_zero"] else "*" if r["ci_excludes_zero"] else ""
         interval = (
             f"[{percent_text(r['rel_ci_low'])}, {percent_text(r['rel_ci_high'])}]"
             if r["rel_ci_low"] is not None
@@ -48,13 +50,15 @@ def format_diff(d: CheckpointDiff) -> str:
             f"{r['metric']:<29}{number_text(r['value_a'], r['unit']):>12}"
             f"{number_text(r['value_b'], r['unit']):>12}"
             f"{number_text(r['diff'], r['unit'], sign=True):>12}"
-            f"{percent_text(r['rel_diff']):>9}  {interval:<20}{mark} "
+            f"{percent_text(r['rel_diff']):>9}  {interval:<20}{mark:<2}"
             f"{r['n_a']:>6}/{r['n_b']:<6} {percent_text(r['coverage_a'], sign=False)}/"
             f"{percent_text(r['coverage_b'], sign=False)}"
         )
+    known = d.frame["p_holm"].is_not_null().sum()
+    lines.append("intervals are relative, or absolute where a relative one is unknown")
     lines.append(
-        f"intervals are relative, or absolute where a relative one is unknown; "
-        f"* the {level} interval of the difference excludes 0"
+        f"* the {level} interval of the difference excludes 0; ** it still does after Holm's "
+        f"correction for the {known} metrics compared (p_holm < {alpha:.2g})"
     )
     for label, only, excluded in (
         (d.label_a, d.only_a, d.excluded_a),

@@ -15,6 +15,7 @@ import pytest
 from capture_core.testing import RunSpec, write_run
 from ngcapture_viz import CALLS, GAPS, ROLLOUTS, TOOL_CALLS, CaptureRun, open_run, stack_runs
 from ngcapture_viz.bootstrap import (
+    holm,
     quantile_replicates,
     ratio_replicates,
     resample_clusters,
@@ -102,6 +103,47 @@ def test_without_a_shift_few_intervals_exclude_zero() -> None:
         excluded = sum(p[metric]["ci_excludes_zero"] for p in pairs)
         assert excluded / len(pairs) <= 0.08, (metric, excluded)
         assert excluded > 0  # the intervals are not trivially wide
+        rejected = sum(p[metric]["p_value"] < 0.05 for p in pairs)
+        assert 0 < rejected / len(pairs) <= 0.08, (metric, rejected)
+    _p_values_agree_with_the_intervals(pairs)
+
+
+def _p_values_agree_with_the_intervals(pairs: list[dict[str, dict]], n_boot: int = 300) -> None:
+    """p < 5 % exactly when the 95 % interval excludes 0, away from the resolution 1/(B+1)."""
+    checked = 0
+    for pair in pairs:
+        for row in pair.values():
+            assert 0 < row["p_value"] <= row["p_holm"] <= 1
+            if abs(row["p_value"] - 0.05) > 3 / (n_boot + 1):
+                assert (row["p_value"] < 0.05) == row["ci_excludes_zero"], row
+                checked += 1
+    assert checked > 0.8 * 2 * len(pairs)
+
+
+def test_p_values_track_a_real_shift() -> None:
+    pairs = simulated_pairs(1.1, 60, first_seed=10_000)
+    for metric in CALIBRATED:
+        assert sum(p[metric]["p_value"] < 0.05 for p in pairs) / len(pairs) > 0.5, metric
+    _p_values_agree_with_the_intervals(pairs)
+
+
+def test_holm_keeps_the_family_wise_error_rate() -> None:
+    # 16 metrics with no real change (independent uniform p-values): raw p < 5 % somewhere in
+    # most families; after Holm, in at most ~5 % of them.
+    rng = random.Random(5)
+    families = 2000
+    raw_any = holm_any = 0
+    for _ in range(families):
+        p = {f"m{i}": rng.random() for i in range(16)}
+        adjusted = holm(p)
+        raw_any += min(p.values()) < 0.05
+        holm_any += min(v for v in adjusted.values() if v is not None) < 0.05
+        assert all(adjusted[k] is not None and adjusted[k] >= p[k] for k in p)
+        order = sorted(p, key=p.__getitem__)  # monotone in the raw order
+        assert [adjusted[k] for k in order] == sorted(adjusted[k] for k in order)
+    assert raw_any / families > 0.5
+    assert holm_any / families <= 0.065, holm_any
+    assert holm({"a": 0.01, "b": None, "c": 0.04}) == {"a": 0.02, "b": None, "c": 0.04}
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +167,8 @@ def test_a_run_diffed_with_itself_is_exactly_zero(stored_run: CaptureRun) -> Non
     rel = known.filter(pl.col("rel_ci_low").is_not_null())
     assert rel.height >= 8 and (rel["rel_ci_low"] == 0).all() and (rel["rel_ci_high"] == 0).all()
     assert not known["ci_excludes_zero"].any()
+    assert (known["p_value"] == 1.0).all() and (known["p_holm"] == 1.0).all()
+    assert frame.filter(pl.col("value_a").is_null())["p_value"].is_null().all()
     assert (known["n_a"] == known["n_b"]).all()
     fig = d.figure()
     for trace in fig.data:
