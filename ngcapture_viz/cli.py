@@ -85,31 +85,31 @@ def _open(path: Path, label: str | None, *, quiet: bool):  # type: ignore[no-unt
     return open_run(capture_dir, rollouts, label=label, progress=not quiet)
 
 
-def _gates(values: Sequence[str]) -> list[tuple[str, float]]:
-    """Parse ``--gate METRIC=MAX_INCREASE`` values before any work is done."""
+def _gates(values: Sequence[str], *, relative: bool = True) -> list[tuple[str, float, bool]]:
+    """Parse ``--gate`` / ``--gate-abs`` ``METRIC=MAX_INCREASE`` values before any work."""
     from ngcapture_viz.diff import METRIC_NAMES
 
+    flag = "--gate" if relative else "--gate-abs"
+    meaning = "0.1 means +10%" if relative else "in the metric's unit: 0.02 on a rate is +2 pp"
     gates = []
     for value in values:
         metric, sep, limit = value.partition("=")
         if not sep or metric not in METRIC_NAMES:
             raise VizError(
-                f"--gate {value!r}: expected METRIC=MAX_INCREASE with METRIC one of "
+                f"{flag} {value!r}: expected METRIC=MAX_INCREASE with METRIC one of "
                 f"{', '.join(METRIC_NAMES)}"
             )
         try:
-            gates.append((metric, float(limit)))
+            gates.append((metric, float(limit), relative))
         except ValueError:
-            raise VizError(
-                f"--gate {value!r}: MAX_INCREASE must be a number (0.1 means +10%)"
-            ) from None
+            raise VizError(f"{flag} {value!r}: MAX_INCREASE must be a number ({meaning})") from None
     return gates
 
 
 def _diff(args: argparse.Namespace) -> int:
     from ngcapture_viz.diff import assert_no_regression, diff
 
-    gates = _gates(args.gate)
+    gates = _gates(args.gate) + _gates(args.gate_abs, relative=False)
     run_a = _open(args.a, args.label_a, quiet=args.quiet)
     run_b = _open(args.b, args.label_b, quiet=args.quiet)
     if run_a.label == run_b.label:
@@ -121,9 +121,9 @@ def _diff(args: argparse.Namespace) -> int:
         result.frame.write_csv(args.out)
         print(f"diff table: {args.out.resolve()}")
     failed = 0
-    for metric, limit in gates:
+    for metric, limit, relative in gates:
         try:
-            assert_no_regression(result, metric, limit)
+            assert_no_regression(result, metric, limit, relative=relative)
         except AssertionError as exc:
             print(f"REGRESSION: {exc}", file=sys.stderr)
             failed += 1
@@ -189,6 +189,14 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="METRIC=MAX_INCREASE",
         help="exit 1 if METRIC regressed by more than MAX_INCREASE (relative); repeatable",
+    )
+    diff.add_argument(
+        "--gate-abs",
+        action="append",
+        default=[],
+        metavar="METRIC=MAX_INCREASE",
+        help="the same in the metric's own unit (rates: 0.02 is +2 percentage points); "
+        "for metrics that can start from 0",
     )
     quiet(diff)
     diff.set_defaults(handler=_diff)

@@ -5,12 +5,13 @@ and gaps of two runs (for example two checkpoints on the same tasks). Each metri
 values, the difference ``b − a``, the relative difference ``b / a − 1`` and a percentile
 bootstrap interval that resamples *tasks* (all rollouts and calls of a task move together).
 
-Pairing: when the runs ran the same tasks, the comparison is paired: only tasks (``by="task"``)
-or ``(task, repeat)`` rollouts (``by="rollout"``) present in both runs are compared, and every
-resample draws one set of tasks for both runs. Runs that share nothing are compared unpaired
-(each run's tasks are resampled on their own). What was left out is listed in ``only_a`` /
-``only_b``, never dropped silently. Null means unknown: a call that did not report a metric is
-left out of that metric (``coverage_*`` says how many did), it never counts as 0.
+Pairing: when the runs ran mostly the same tasks (``PAIR_MIN_SHARE``), the comparison is
+paired: only tasks (``by="task"``) or ``(task, repeat)`` rollouts (``by="rollout"``) present in
+both runs are compared, and every resample draws one set of tasks for both runs. Runs that
+share little or nothing are compared unpaired (each run's tasks are resampled on their own).
+What was left out is listed in ``only_a`` / ``only_b``, never dropped silently. Null means
+unknown: a call that did not report a metric is left out of that metric (``coverage_*`` says
+how many did), it never counts as 0.
 
 Example:
     >>> import ngcapture_viz as ngv  # doctest: +SKIP
@@ -49,7 +50,18 @@ from ngcapture_viz.exceptions import RegressionError
 if TYPE_CHECKING:
     from ngcapture_viz.run import CaptureRun
 
-__all__ = ["DIFF_SCHEMA", "METRIC_NAMES", "CheckpointDiff", "assert_no_regression", "diff"]
+__all__ = [
+    "DIFF_SCHEMA",
+    "METRIC_NAMES",
+    "PAIR_MIN_SHARE",
+    "CheckpointDiff",
+    "assert_no_regression",
+    "diff",
+]
+
+#: Pairing needs this share of the larger run's units in both runs (``paired=None``): a
+#: paired diff compares only shared units, and a small overlap would discard most data.
+PAIR_MIN_SHARE: Final = 0.5
 
 #: Every metric ``diff`` can report, in report order (``bootstrap.METRICS`` defines them).
 METRIC_NAMES: Final = tuple(m.name for m in METRICS)
@@ -92,6 +104,7 @@ class CheckpointDiff:
         excluded_a, excluded_b: rollouts of each run left out of the comparison.
         tasks_a, tasks_b: tasks (clusters) resampled for each run.
         n_boot, confidence, seed: how the intervals were computed.
+        shared: units both runs have (paired or not).
     """
 
     frame: pl.DataFrame
@@ -109,6 +122,7 @@ class CheckpointDiff:
     n_boot: int
     confidence: float
     seed: int
+    shared: int = 0
 
     def __str__(self) -> str:
         return self.format()
@@ -119,7 +133,9 @@ class CheckpointDiff:
         if self.paired:
             how = f"paired by {self.by} on {self.pair_key}, {self.tasks_a} shared tasks"
         else:
-            how = f"unpaired ({self.tasks_a} vs {self.tasks_b} tasks resampled independently)"
+            how = f"unpaired ({self.tasks_a} vs {self.tasks_b} tasks resampled independently"
+            units = "tasks" if self.by == "task" else "rollouts"
+            how += f"; shared {units}: {self.shared}, too few to pair)" if self.shared else ")"
         level = f"{self.confidence:.0%}"
         return (
             f"{self.label_b} vs {self.label_a}: {how}; {level} intervals from "
@@ -174,8 +190,9 @@ def diff(
         by: the unit matched across runs: ``"task"`` (every rollout of tasks both runs ran)
             or ``"rollout"`` (only ``(task, repeat)`` rollouts both runs have).
         metrics: names from ``METRIC_NAMES`` (default: all).
-        paired: ``None`` pairs when the runs share at least one unit; ``False`` forces
-            independent resampling; ``True`` raises when nothing is shared.
+        paired: ``None`` pairs when the runs ran mostly the same units (at least two, and
+            at least ``PAIR_MIN_SHARE`` of the larger run's); ``False`` forces independent
+            resampling; ``True`` pairs on whatever is shared and raises when nothing is.
         n_boot: bootstrap resamples of tasks (0: no intervals).
         seed: seed of the resampling (same seed, same intervals).
         confidence: level of the percentile intervals.
@@ -198,7 +215,8 @@ def diff(
     base_a, base_b = (with_units(f, key, by) for f in (base_a, base_b))
     shared = set(base_a["unit"]) & set(base_b["unit"])
     if paired is None:
-        paired = bool(shared)
+        most = max(base_a["unit"].n_unique(), base_b["unit"].n_unique())
+        paired = len(shared) >= 2 and len(shared) >= PAIR_MIN_SHARE * most
     elif paired and not shared:
         raise ValueError(f"paired=True, but the runs share no {by} (matched on {key})")
     kept_a, kept_b = base_a, base_b
@@ -231,6 +249,7 @@ def diff(
         n_boot=n_boot,
         confidence=confidence,
         seed=seed,
+        shared=len(shared),
     )
 
 
@@ -270,7 +289,11 @@ def assert_no_regression(
     limit = f"allowed increase {show(max_increase)}"
     if low is None or high is None:
         values = " → ".join(number_text(row[k], row["unit"]) for k in ("value_a", "value_b"))
-        hint = "; gate it with relative=False" if relative and row["ci_low"] is not None else ""
+        hint = (
+            "; gate it in absolute terms (relative=False, or --gate-abs on the command line)"
+            if relative and row["ci_low"] is not None
+            else ""
+        )
         raise RegressionError(
             f"{where}: cannot be checked, the {'relative ' if relative else ''}interval is "
             f"unknown ({values}, tasks {row['tasks_a']}/{row['tasks_b']}); {limit}{hint}"

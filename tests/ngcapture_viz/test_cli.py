@@ -139,6 +139,27 @@ def test_diff_command_prints_the_table_and_gates(
     assert loose.returncode == 0
 
 
+def test_absolute_gates_work_where_relative_ones_cannot(
+    run_folder: Path, slower_folder: Path
+) -> None:
+    # Latency doubled: +1 ms absolute is exceeded with confidence; an error-rate rise of
+    # 50 percentage points is not (relative gates on rates fail when run a has 0 errors).
+    done = ngcapture(
+        "diff", run_folder, slower_folder, "--n-boot", "300",
+        "--gate-abs", "latency_p50_ms=1", "--gate-abs", "error_rate=0.5", check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    regressions = [line for line in done.stderr.splitlines() if line.startswith("REGRESSION")]
+    assert len(regressions) == 1 and "latency_p50_ms" in regressions[0]
+    assert "ms" in regressions[0]  # limits are shown in the metric's unit, not in %
+    passed = ngcapture(
+        "diff", run_folder, slower_folder, "--n-boot", "300", "--gate-abs", "error_rate=0.5"
+    )
+    assert passed.returncode == 0
+    bad = ngcapture("diff", run_folder, slower_folder, "--gate-abs", "error_rate=2pp", check=False)
+    assert bad.returncode == 2 and "--gate-abs 'error_rate=2pp'" in bad.stderr
+
+
 def test_diff_of_a_run_with_itself_needs_two_labels(run_folder: Path) -> None:
     done = ngcapture("diff", run_folder, run_folder, check=False)
     assert done.returncode == 2

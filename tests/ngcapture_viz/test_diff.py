@@ -225,6 +225,28 @@ def test_disjoint_task_sets_fall_back_to_unpaired() -> None:
         diff(a, b, paired=True)
 
 
+def test_a_small_overlap_is_compared_unpaired_not_on_the_overlap_alone() -> None:
+    effects = population(random.Random(6), 40)
+    a = make_run("a", {t: effects[t] for t in range(20)}, seed=1)
+    b = make_run("b", {t: effects[t] for t in range(19, 40)}, seed=2, scale=1.5)
+    d = diff(a, b, metrics=["latency_mean_ms"], n_boot=200)
+    assert not d.paired and d.shared == 1
+    assert (d.excluded_a, d.excluded_b) == (0, 0)  # every rollout is used
+    assert len(d.only_a) == 19 and len(d.only_b) == 20
+    row = d.row("latency_mean_ms")
+    assert (row["tasks_a"], row["tasks_b"]) == (20, 21)
+    assert row["value_a"] == pytest.approx(a.calls["latency_total_ms"].mean())
+    assert row["ci_low"] is not None and row["ci_low"] < row["diff"] < row["ci_high"]
+    assert "shared tasks: 1, too few to pair" in d.summary
+    forced = diff(a, b, metrics=["latency_mean_ms"], n_boot=200, paired=True)
+    assert forced.paired and forced.tasks_a == 1 and forced.excluded_a == 38
+    # Half of the larger run shared: paired on the shared half, the rest listed.
+    c = make_run("c", {t: effects[t] for t in range(10, 30)}, seed=3)
+    half = diff(a, c, metrics=["latency_mean_ms"], n_boot=200)
+    assert half.paired and half.tasks_a == 10 and half.shared == 10
+    assert len(half.only_a) == 10 and len(half.only_b) == 10
+
+
 def test_unknown_values_are_left_out_not_counted_as_zero() -> None:
     effects = population(random.Random(4), 10)
     a = make_run("a", effects, seed=1)
