@@ -155,8 +155,8 @@ class RunBuilder:
 
     def read_rollouts(self, source: RolloutSource) -> None:
         self.records = source
-        self.gaps.extend(source.gaps)
-        for record in source.records:
+        self.gaps.extend(source.gaps)  # a superseded record is one of those gaps
+        for record in latest(source):  # only the record in use speaks for its rollout
             if record.attachment is None:
                 if self.sources.capture_dir is None and not record.attachment_unreadable:
                     self.gaps.add(

@@ -24,6 +24,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any, Final
 
 import polars as pl
@@ -119,11 +120,21 @@ class CaptureIndex:
         return [self.root / INDEX_DIR_NAME, default_cache_dir() / key]
 
     def location(self) -> Path | None:
-        """The directory of the existing index, if any."""
-        for place in self.candidates():
-            if (place / "meta.json").is_file():
-                return place
-        return None
+        """The directory of the existing index, if any: the most recently written one.
+
+        An index beside a store that has since become unwritable stays there, stale, while
+        refreshed generations go to the cache; the newest ``meta.json`` is the current one
+        (on a tie, the earlier candidate).
+        """
+        found: list[tuple[int, int, Path]] = []
+        for rank, place in enumerate(self.candidates()):
+            try:
+                meta = os.stat(place / "meta.json")
+            except OSError:
+                continue
+            if S_ISREG(meta.st_mode):
+                found.append((meta.st_mtime_ns, -rank, place))
+        return max(found)[2] if found else None
 
     # -- refresh --------------------------------------------------------------------------
 

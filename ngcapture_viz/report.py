@@ -175,8 +175,14 @@ def summary_frame(run: CaptureRun) -> pl.DataFrame:
     by_call = calls.group_by("run").agg(per_call)
     by_rollout = run.rollouts.group_by("run").agg(
         pl.len().alias("rollouts"),
-        pl.col("in_store").fill_null(False).sum().alias("rollouts_in_store"),
-        pl.col("in_rollouts").fill_null(False).sum().alias("rollouts_in_file"),
+        # Null when that source was not given (the flag is null throughout): unknown, not 0.
+        *(
+            pl.when(pl.col(flag).count() > 0).then(pl.col(flag).sum()).alias(name)
+            for flag, name in (
+                ("in_store", "rollouts_in_store"),
+                ("in_rollouts", "rollouts_in_file"),
+            )
+        ),
     )
     by_gap = run.gaps.group_by("run").agg(pl.len().alias("gaps"))
     labels = pl.DataFrame({"run": run.labels}).with_columns(pl.col("run").cast(pl.String))
@@ -184,12 +190,12 @@ def summary_frame(run: CaptureRun) -> pl.DataFrame:
     for part in (by_rollout, by_call, by_gap):
         frame = frame.join(part.with_columns(pl.col("run").cast(pl.String)), on="run", how="left")
     span = (pl.col("last_call") - pl.col("first_call")).dt.total_milliseconds() / 1000
-    counts = ["rollouts", "rollouts_in_store", "rollouts_in_file", "calls", "gaps"]
+    counts = ["rollouts", "calls", "gaps"]
     counts += ["calls_not_ok", "errors", "latency_reported", "ttft_reported"]
     counts += [f"{name}_reported" for name in _TOKENS]
     return frame.with_columns(
         [pl.col(c).fill_null(0).cast(pl.Int64) for c in counts]  # counts: none found is 0
-        + [span.alias("span_s")]
+        + [pl.col("rollouts_in_store", "rollouts_in_file").cast(pl.Int64), span.alias("span_s")]
     )
 
 

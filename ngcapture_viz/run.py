@@ -92,20 +92,31 @@ class CaptureRun:
         """The labels of the runs in this object, in order."""
         return list(self.runs)
 
-    def payload(self, model_call_id: str, *, rollout_id: str | None = None) -> ModelCallRecord:
+    def payload(
+        self, model_call_id: str, *, rollout_id: str | None = None, run: str | None = None
+    ) -> ModelCallRecord:
         """The full record of one call, request and response payloads included.
 
         The line is read back from the capture file by its byte offset (nothing else is read)
         and checked to still hold that call.
 
+        Args:
+            model_call_id: the call.
+            rollout_id: its rollout, when the id occurs in several.
+            run: its run's label, when a stack of runs holds the id more than once.
+
         Raises:
-            PayloadUnavailableError: unknown id, an id shared by several rollouts (pass
-                ``rollout_id``), a call known only from a rollout attachment, or a file that was
-                rewritten since the run was opened.
+            PayloadUnavailableError: unknown id, an id shared by several rollouts or runs (pass
+                ``rollout_id`` / ``run``), a call known only from a rollout attachment, or a
+                file that was rewritten since the run was opened.
         """
         rows = self.calls.filter(pl.col("model_call_id") == model_call_id)
         if rollout_id is not None:
             rows = rows.filter(pl.col("rollout_id") == rollout_id)
+        if run is not None:
+            if run not in self.labels:
+                raise PayloadUnavailableError(f"no run {run!r}; this holds {self.labels}")
+            rows = rows.filter(pl.col("run").cast(pl.String) == run)
         if rows.height == 0:
             raise PayloadUnavailableError(f"no call with model_call_id {model_call_id!r}")
         stored = rows.filter(pl.col("source") == "store")
@@ -115,10 +126,13 @@ class CaptureRun:
                 "no payloads; open the run with its capture directory"
             )
         if stored.height > 1:
-            where = stored.select("run", "rollout_id").rows()
+            where = stored.select(pl.col("run").cast(pl.String), "rollout_id").rows()
+            ask = [] if rollout_id is not None else ["rollout_id="]
+            if run is None and len({label for label, _ in where}) > 1:
+                ask.append("run=")
             raise PayloadUnavailableError(
                 f"model_call_id {model_call_id!r} occurs {stored.height} times ({where}); "
-                "pass rollout_id="
+                f"pass {' and '.join(ask) or 'rollout_id= and run='}"
             )
         row = stored.row(0, named=True)
         return _read_payload(row)
@@ -244,7 +258,9 @@ def _default_label(sources: Sources) -> str:
 
 
 def open_runs(
-    runs: Mapping[str, tuple[PathLike | None, PathLike | None] | PathLike],
+    runs: Mapping[
+        str, tuple[PathLike | None, PathLike | None] | Sequence[PathLike | None] | PathLike
+    ],
     *,
     strict: bool = False,
     index: bool = True,
@@ -254,7 +270,8 @@ def open_runs(
     """Open several runs and stack their frames; the ``run`` column tells them apart.
 
     Args:
-        runs: label → ``(capture_dir, rollouts)`` (either may be ``None``) or a capture dir.
+        runs: label → ``(capture_dir, rollouts)`` (a tuple or list; either may be ``None``) or
+            a capture dir.
 
     Example:
         >>> both = open_runs({"ckpt-100": ("a/model-calls", "a/rollouts.jsonl"),  # doctest: +SKIP
@@ -265,7 +282,7 @@ def open_runs(
         raise SourceError("open_runs needs at least one run")
     opened: dict[str, CaptureRun] = {}
     for label, value in runs.items():
-        capture_dir, rollouts = value if isinstance(value, tuple) else (value, None)
+        capture_dir, rollouts = _run_sources(label, value)
         opened[label] = open_run(
             capture_dir,
             rollouts,
@@ -276,6 +293,20 @@ def open_runs(
             progress=progress,
         )
     return stack_runs(list(opened.values()))
+
+
+def _run_sources(label: str, value: object) -> tuple[PathLike | None, PathLike | None]:
+    """``(capture_dir, rollouts)`` of one ``open_runs`` entry: a pair, or a capture dir."""
+    if isinstance(value, str | os.PathLike):
+        return value, None
+    if isinstance(value, Sequence) and len(value) == 2:
+        capture_dir, rollouts = value
+        if all(v is None or isinstance(v, str | os.PathLike) for v in (capture_dir, rollouts)):
+            return capture_dir, rollouts
+    raise SourceError(
+        f"open_runs: run {label!r} is {value!r}; expected a capture directory or a "
+        "(capture_dir, rollouts) pair, either of which may be None"
+    )
 
 
 def stack_runs(runs: Sequence[CaptureRun]) -> CaptureRun:

@@ -219,6 +219,27 @@ def test_a_store_that_cannot_hold_the_index_uses_the_cache_dir(
     _assert_same_as_plain_read(warm, store)
 
 
+def test_a_stale_index_beside_a_store_that_became_unwritable_does_not_hide_the_cache(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line_factory: CaptureLineFactory
+) -> None:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("NGCAPTURE_CACHE_DIR", str(cache))
+    beside = _stats(ngv.open_run(store)).location
+    assert beside == store / INDEX_DIR_NAME
+    lock = beside / "lock"
+    lock.unlink()
+    lock.mkdir()  # the index beside the store can no longer be written (EISDIR, even as root)
+    path = sorted(store.glob("*.capture.jsonl"))[0]
+    with path.open("ab") as handle:
+        handle.write(line_factory.line().to_jsonl())
+    first = _stats(ngv.open_run(store))
+    assert first.location is not None and first.location.parent == cache
+    assert (first.appended, first.bytes_parsed > 0) == (1, True)
+    again = _stats(ngv.open_run(store))  # the newer cache copy is read, not the stale one
+    assert (again.appended, again.reused, again.bytes_parsed) == (0, 6, 0)
+    assert CaptureIndex(store).location() == first.location
+
+
 def test_without_the_index_nothing_is_written(
     store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

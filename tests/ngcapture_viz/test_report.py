@@ -175,6 +175,7 @@ def test_summary_totals_sum_what_was_reported_and_count_coverage(
     assert row["errors"] == calls["error_category"].is_not_null().sum() > 0
     assert row["gaps"] == run.gaps.height == 1
     assert row["rollouts"] == run.rollouts.height
+    assert row["rollouts_in_store"] == run.rollouts["in_store"].sum()
     span = (calls["completed_at"].max() - calls["started_at"].min()).total_seconds()  # type: ignore[operator]
     assert row["span_s"] == pytest.approx(span, abs=1e-3)
 
@@ -252,3 +253,13 @@ def test_the_report_stays_small_as_calls_grow(runs: tuple[CaptureRun, CaptureRun
     # Figures are aggregated: 20x the calls adds well under a megabyte.
     assert len(large.encode()) - len(small.encode()) < 1_000_000
     assert len(large.encode()) < 20_000_000
+
+
+def test_a_source_not_given_is_unknown_in_the_summary_not_zero(tmp_path: Path) -> None:
+    written = write_run(tmp_path / "run", RunSpec(tasks=3, repeats=1))
+    store_only = summary_frame(open_run(written.capture_dir)).row(0, named=True)
+    assert store_only["rollouts_in_file"] is None
+    assert store_only["rollouts_in_store"] == store_only["rollouts"] > 0
+    file_only = summary_frame(open_run(rollouts=written.rollouts)).row(0, named=True)
+    assert file_only["rollouts_in_store"] is None
+    assert file_only["rollouts_in_file"] == file_only["rollouts"] > 0

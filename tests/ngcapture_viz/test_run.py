@@ -231,6 +231,30 @@ def test_open_runs_stacks_with_a_run_column(tmp_path: Path) -> None:
     assert both.payload(call_id).model_call_id == call_id
 
 
+def test_stacked_runs_with_the_same_call_ids_take_a_run_label(tmp_path: Path) -> None:
+    dirs = {}
+    for label in ("ckpt-100", "ckpt-200"):
+        root = tmp_path / label / "model-calls"
+        root.mkdir(parents=True)
+        write_capture(root, "0-0", CaptureLineFactory(7).lines(2))  # same ids in both runs
+        dirs[label] = root
+    # Lists work as well as tuples; anything else is refused with the expected shape.
+    both = ngv.open_runs({label: [root, None] for label, root in dirs.items()})
+    call_id = both.calls["model_call_id"][0]
+    with pytest.raises(PayloadUnavailableError, match="pass run=") as raised:
+        both.payload(call_id, rollout_id="0-0")
+    assert "ckpt-100" in str(raised.value) and "ckpt-200" in str(raised.value)
+    record = both.payload(call_id, run="ckpt-200")
+    assert record.model_call_id == call_id
+    assert record.request == both.runs["ckpt-200"].payload(call_id).request
+    with pytest.raises(PayloadUnavailableError, match="no run 'ckpt-300'"):
+        both.payload(call_id, run="ckpt-300")
+    with pytest.raises(SourceError, match=r"run 'x' is .*expected a capture directory or a"):
+        ngv.open_runs({"x": (dirs["ckpt-100"], None, None)})
+    with pytest.raises(SourceError, match="run 'y' is 3"):
+        ngv.open_runs({"y": 3})  # type: ignore[dict-item]
+
+
 def test_duplicate_labels_raise(capture_dir: Path, line_factory: CaptureLineFactory) -> None:
     write_capture(capture_dir, "0-0", line_factory.lines(1))
     one = ngv.open_run(capture_dir, label="same", index=False)

@@ -224,3 +224,22 @@ def test_task_fields_stay_on_their_rollout(capture_dir: Path) -> None:
         # No capture and no attachment: the number of calls is unknown, not 0.
         assert row["num_calls"] == (1 if repeat < 2 else None)
         assert row["in_store"] is (repeat < 2)
+
+
+def test_a_superseded_record_leaves_no_gaps_of_its_own(tmp_path: Path) -> None:
+    written = write_run(tmp_path / "run", RunSpec(tasks=2, repeats=1, error_rate=0.0))
+    lines = written.rollouts.read_bytes().splitlines()
+    stale = orjson.loads(lines[0])
+    attachment = dict(
+        stale[ATTACHMENT_KEY], calls=[], gaps=[{"code": "model_call_capture_no_records"}]
+    )
+    attachment["metrics"] = {"num_calls": 0}
+    stale |= {ATTACHMENT_KEY: attachment, "reward": 0.0}
+    written.rollouts.write_bytes(b"\n".join([orjson.dumps(stale), *lines]) + b"\n")
+    run = ngv.open_run(rollouts=written.rollouts)
+    rollout_id = stale[ATTACHMENT_KEY]["rollout_id"]
+    codes = run.gaps.filter(pl.col("rollout_id") == rollout_id)["code"].cast(pl.String)
+    assert "model_call_capture_no_records" not in codes.to_list()
+    assert codes.to_list() == ["rollout_duplicated"]  # the supersession itself is reported
+    row = run.rollouts.filter(pl.col("rollout_id") == rollout_id).row(0, named=True)
+    assert row["num_calls"] > 0 and row["reward"] != 0.0 and row["num_gaps"] == 1
