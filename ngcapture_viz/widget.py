@@ -1,8 +1,9 @@
 """The interactive dashboard: filters for run, model, dialect, outcome and time over live figures.
 
-Changing a filter recomputes the aggregates in Polars and writes the new trace data into the
-same ``go.FigureWidget`` objects (inside ``batch_update``): no widget is replaced, so the
-notebook layout, zoom and legend state stay where the user left them.
+The widget holds the static dashboard's figures (``ngcapture_viz.dashboard``). Changing a filter
+recomputes the aggregates in Polars and writes the new trace data into the same
+``go.FigureWidget`` objects (inside ``batch_update``): no widget is replaced, so the notebook
+layout, zoom and legend state stay where the user left them.
 
 Example:
     >>> dash = CaptureDashboard(ngv.open_run("results/demo/ckpt-100/model-calls"))  # doctest: +SKIP
@@ -26,6 +27,8 @@ from ngcapture_viz.dashboard import (
     calls_over_time_figure,
     error_figure,
     latency_figure,
+    reward_figure,
+    throughput_figure,
     token_figure,
 )
 from ngcapture_viz.exceptions import MissingExtraError
@@ -37,6 +40,7 @@ from ngcapture_viz.stats import (
     calls_over_time,
     error_rates,
     latency_percentiles,
+    throughput_summary,
     time_interval,
     token_histogram,
     token_summary,
@@ -45,17 +49,37 @@ from ngcapture_viz.stats import (
 __all__ = ["CaptureDashboard"]
 
 CHOICE_FILTERS: Final = ("run", "model", "dialect", "outcome")
+#: Title note of the reward figure while a filter other than ``run`` selects its rollouts.
+REWARD_SELECTION_NOTE: Final = (
+    "<br><sup>rollouts with a call matching the filters; totals over all their calls</sup>"
+)
 
 
 class CaptureDashboard:
-    """Filterable latency, token, over-time and error figures over one or several runs.
+    """Filterable latency, throughput, token, over-time, error and reward figures over runs.
 
-    An empty selection, or the full time range, means "no filter" on that column.
+    An empty selection, or the full time range, means "no filter" on that column. Every figure
+    but ``reward`` is recomputed from the calls the filters keep (``filtered_calls``).
+
+    ``reward`` plots one point per rollout, so the filters select rollouts there
+    (``filtered_rollouts``): the ``run`` filter keeps the rollouts of the chosen runs; the
+    ``model``, ``dialect``, ``outcome`` and ``time`` filters keep the rollouts with at least one
+    call that passes every filter. A kept rollout keeps its whole-rollout totals (tokens,
+    latency, calls over all its calls, as in ``CaptureRun.rollouts``): totals over a part of a
+    rollout would not be what its reward rewards. The figure's title says so while such a filter
+    is set.
+
+    Args:
+        runs: a ``CaptureRun`` (single or stacked) or a list of them (stacked here).
+        time_steps: the positions of the time-range slider.
+        max_points: the most points any one reward trace may hold (rollouts are sampled above
+            it, as in ``dashboard``).
 
     Attributes:
         filters: ``run``, ``model``, ``dialect``, ``outcome`` (``SelectMultiple``) and ``time``
             (``SelectionRangeSlider`` over ``started_at``); set their ``value`` to filter.
-        figure_widgets: ``latency``, ``tokens``, ``over_time``, ``errors`` (``go.FigureWidget``).
+        figure_widgets: ``latency``, ``throughput``, ``tokens``, ``over_time``, ``errors``,
+            ``reward`` (``go.FigureWidget``, in the order the widget shows them).
         summary: an ``HTML`` widget with the calls shown and each metric's coverage.
 
     Example:
@@ -64,7 +88,13 @@ class CaptureDashboard:
         >>> dash.figure_widgets["latency"].data[0].y  # doctest: +SKIP
     """
 
-    def __init__(self, runs: CaptureRun | Sequence[CaptureRun], *, time_steps: int = 100) -> None:
+    def __init__(
+        self,
+        runs: CaptureRun | Sequence[CaptureRun],
+        *,
+        time_steps: int = 100,
+        max_points: int = 20_000,
+    ) -> None:
         if importlib.util.find_spec("anywidget") is None:
             raise MissingExtraError(
                 "the interactive dashboard needs plotly's FigureWidget, which needs anywidget: "
@@ -72,7 +102,9 @@ class CaptureDashboard:
             )
         run = runs if isinstance(runs, CaptureRun) else stack_runs(list(runs))
         self.calls: pl.DataFrame = run.calls
+        self.rollouts: pl.DataFrame = run.rollouts
         self.runs: list[str] = run.labels
+        self._max_points = max_points
         self._by = [c for c in DEFAULT_BY if c in self.calls.columns]
         self._interval = time_interval(self.calls)
         self.filters: dict[str, Any] = {
@@ -112,12 +144,43 @@ class CaptureDashboard:
             keep = keep & pl.col("started_at").is_between(start, end)
         return self.calls.filter(keep)
 
+    def filtered_rollouts(self) -> pl.DataFrame:
+        """The rollouts the reward figure shows, with their whole-rollout totals.
+
+        Those of the runs chosen in ``run``; while ``model``, ``dialect``, ``outcome`` or
+        ``time`` is set, only those with a call in ``filtered_calls()``.
+        """
+        return self._rollouts_of(self.filtered_calls())
+
     def refresh(self) -> None:
         """Recompute every figure and the summary from the current filters, in place."""
         calls = self.filtered_calls()
         for name, fresh in self._figures(calls).items():
             _update_in_place(self.figure_widgets[name], fresh)
         self.summary.value = self._summary(calls)
+
+    def _selects_by_call(self) -> bool:
+        """Whether a filter other than ``run`` is set (it selects rollouts by their calls)."""
+        slider = self.filters["time"]
+        chosen = any(self.filters[name].value for name in CHOICE_FILTERS if name != "run")
+        return chosen or slider.index != (0, len(slider.options) - 1)
+
+    def _rollouts_of(self, calls: pl.DataFrame) -> pl.DataFrame:
+        rollouts = self.rollouts
+        runs = list(self.filters["run"].value)
+        if runs:
+            rollouts = rollouts.filter(pl.col("run").cast(pl.String).is_in(runs))
+        if self._selects_by_call():
+            # Rollout ids repeat across runs (same tasks at each checkpoint): match on both.
+            keys = calls.select(pl.col("run").cast(pl.String), "rollout_id").unique()
+            rollouts = rollouts.join(
+                keys,
+                left_on=[pl.col("run").cast(pl.String), pl.col("rollout_id")],
+                right_on=["run", "rollout_id"],
+                how="semi",
+                maintain_order="left",
+            )
+        return rollouts
 
     def _on_change(self, change: dict[str, Any]) -> None:
         self.refresh()
@@ -131,13 +194,18 @@ class CaptureDashboard:
     def _figures(self, calls: pl.DataFrame) -> dict[str, go.Figure]:
         by = self._by
         histogram = token_histogram(calls)
+        reward = reward_figure(self._rollouts_of(calls), self.runs, max_points=self._max_points)
+        if self._selects_by_call():
+            reward.update_layout(title_text=reward.layout.title.text + REWARD_SELECTION_NOTE)
         return {
             "latency": latency_figure(latency_percentiles(calls, by), by),
+            "throughput": throughput_figure(throughput_summary(calls, by), by),
             "tokens": token_figure(histogram, token_summary(calls, ("run",)), self.runs),
             "over_time": calls_over_time_figure(
                 calls_over_time(calls, interval=self._interval), self.runs
             ),
             "errors": error_figure(error_rates(calls, ("run",)), self.runs),
+            "reward": reward,
         }
 
     def _summary(self, calls: pl.DataFrame) -> str:
@@ -176,12 +244,17 @@ def _time_slider(calls: pl.DataFrame, *, steps: int) -> widgets.SelectionRangeSl
 
 
 def _update_in_place(target: go.FigureWidget, fresh: go.Figure) -> None:
-    """Write ``fresh``'s trace data, subplot titles and categories into ``target``."""
+    """Write ``fresh``'s trace data, titles and categories into ``target``.
+
+    The figure builders draw the same traces whatever the data (one per run, percentile...,
+    empty when nothing is left), so old and new traces pair one to one.
+    """
     with target.batch_update():
         for old, new in zip(target.data, fresh.data, strict=True):
             props = new.to_plotly_json()
             props.pop("type", None)
             old.update(props, overwrite=True)
+        target.layout.title = fresh.layout.title
         target.layout.annotations = fresh.layout.annotations
         target.layout.xaxis.categoryarray = fresh.layout.xaxis.categoryarray
         # Percentile bars lie down past a number of groups: follow the axes and the height.
