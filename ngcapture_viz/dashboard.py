@@ -357,6 +357,7 @@ def reward_figure(
         known = rollouts.filter(pl.col("reward").is_not_null() & pl.col(metric).is_not_null())
         titles.append(f"{metric} ({known.height:,} / {rollouts.height:,} rollouts known)")
     fig = make_subplots(rows=1, cols=len(REWARD_METRICS), subplot_titles=titles, shared_yaxes=True)
+    was_sampled = False
     for col, metric in enumerate(REWARD_METRICS, start=1):
         for run in runs:
             known = rollouts.filter(
@@ -364,6 +365,7 @@ def reward_figure(
                 & pl.col("reward").is_not_null()
                 & pl.col(metric).is_not_null()
             )
+            was_sampled = was_sampled or known.height > budget
             shown = known.sample(n=budget, seed=0) if known.height > budget else known
             fig.add_trace(
                 go.Scattergl(
@@ -398,7 +400,7 @@ def reward_figure(
                 row=1,
                 col=col,
             )
-    sampled = " (sampled)" if rollouts.height > budget else ""
+    sampled = " (sampled)" if was_sampled else ""
     fig.update_layout(title=f"Reward against per-rollout totals{sampled}")
     fig.update_yaxes(title_text="reward", row=1, col=1)
     return fig

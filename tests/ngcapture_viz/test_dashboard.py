@@ -241,6 +241,12 @@ def test_reward_scatter_matches_rollouts_and_samples_above_cap(stacked: ngv.Capt
     assert len(scatter) == 6
     assert all(len(t.x) == 10 for t in scatter)  # 20 points shared by two runs
     assert all(len(t.x) <= 10 for t in capped.data)  # the mean lines: ten slices each
+    assert capped.layout.title.text.endswith("(sampled)")
+    # A budget that holds every run's rollouts samples nothing, though all runs together
+    # exceed one run's share.
+    largest = stacked.rollouts.group_by("run").len()["len"].max()
+    exact = dashboard(stacked, max_points=2 * largest).figures["reward"]
+    assert "(sampled)" not in exact.layout.title.text
 
 
 def _points(trace: go.Figure) -> int:
