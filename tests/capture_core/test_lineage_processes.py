@@ -94,6 +94,18 @@ def _run(target: Any, *args: Any) -> Any:
     return process
 
 
+def _join_all(processes: list[Any]) -> None:
+    """Join within one bound; kill stragglers so none outlives the test, then check exits."""
+    deadline = time.monotonic() + 45
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+            process.join()
+    assert [p.exitcode for p in processes] == [0] * len(processes)
+
+
 def test_writers_racing_a_retirer(tmp_path: Path) -> None:
     root = tmp_path / "lineage"
     store = LineageStore(root)
@@ -103,13 +115,7 @@ def test_writers_racing_a_retirer(tmp_path: Path) -> None:
         _run(_writer, str(root), w, barrier, str(tmp_path / f"w{w}.json")) for w in range(WRITERS)
     ]
     processes.append(_run(_retirer, str(root), barrier, str(tmp_path / "retired.json")))
-    for process in processes:
-        process.join(45)
-    for process in processes:
-        if process.is_alive():
-            process.kill()
-            process.join()
-    assert [p.exitcode for p in processes] == [0] * len(processes)
+    _join_all(processes)
     elapsed = time.monotonic() - began
 
     report = json.loads((tmp_path / "retired.json").read_text())
@@ -152,7 +158,6 @@ def test_writers_racing_a_retirer(tmp_path: Path) -> None:
     assert tally[RecordOutcome.DISCARDED_RETIRED] > 0
     assert tally[RecordOutcome.DUPLICATE] > 0
     print(f"race: {dict(tally)}, retired {len(retired)}, {elapsed:.1f}s")
-    assert elapsed < 30
 
 
 def _append_to_one(root: str, writer: int, count: int, barrier: Barrier) -> None:
@@ -165,9 +170,7 @@ def _append_to_one(root: str, writer: int, count: int, barrier: Barrier) -> None
 def test_concurrent_appends_to_one_ledger_stay_whole(tmp_path: Path) -> None:
     barrier = CTX.Barrier(WRITERS)
     processes = [_run(_append_to_one, str(tmp_path), w, 100, barrier) for w in range(WRITERS)]
-    for process in processes:
-        process.join(45)
-    assert [p.exitcode for p in processes] == [0] * WRITERS
+    _join_all(processes)
     records = LineageStore(tmp_path).manifest("shared").records
     assert len(records) == WRITERS * 100
     for w in range(WRITERS):

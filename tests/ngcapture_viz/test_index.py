@@ -287,10 +287,15 @@ def test_appends_after_blank_and_damaged_lines_keep_counting(
 
 
 def test_a_same_size_rewrite_in_the_same_mtime_tick_is_reread(
-    capture_dir: Path, line_factory: CaptureLineFactory
+    capture_dir: Path, line_factory: CaptureLineFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import ngcapture_viz.index as index_module
+
     line = next(line_factory.lines(1))
     path = write_capture(capture_dir, "0-0", [line])
+    # The index's clock reads one second after the write, however slow this machine is.
+    scan_ns = path.stat().st_mtime_ns + 1_000_000_000
+    monkeypatch.setattr(index_module.time, "time_ns", lambda: scan_ns)
     ngv.open_run(capture_dir)
     before = path.stat()
     path.write_bytes(line.to_jsonl().replace(line.model_call_id.encode(), b"f" * 32, 1))
@@ -324,14 +329,16 @@ def test_an_unchanged_torn_tail_does_not_rewrite_the_index(
 def test_racy_files_are_hash_checked_once_then_trusted_again(
     capture_dir: Path, line_factory: CaptureLineFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import time
 
     import ngcapture_viz._listing as listing_module
     import ngcapture_viz.index as index_module
 
     for number, line in enumerate(line_factory.lines(3)):
         write_capture(capture_dir, f"{number}-0", [line])
-    ngv.open_run(capture_dir)  # just written: every file is racy, so its full hash is kept
+    newest = max(p.stat().st_mtime_ns for p in capture_dir.glob("*.capture.jsonl"))
+    clock = [newest + 1_000_000_000]  # the index's clock, independent of how slow we are
+    monkeypatch.setattr(index_module.time, "time_ns", lambda: clock[0])
+    ngv.open_run(capture_dir)  # one second after the writes: every file is racy, hash kept
     checked: list[str] = []
     real_check = listing_module.content_matches
 
@@ -341,8 +348,7 @@ def test_racy_files_are_hash_checked_once_then_trusted_again(
 
     monkeypatch.setattr(index_module, "content_matches", counting)
     # Three seconds later (the clock the index reads), the files are old enough to trust.
-    later = time.time_ns() + 3_000_000_000
-    monkeypatch.setattr(index_module.time, "time_ns", lambda: later)
+    clock[0] += 3_000_000_000
     first = ngv.open_run(capture_dir)
     assert sorted(checked) == [f"{n}-0.capture.jsonl" for n in range(3)]
     assert _stats(first).reused == 3

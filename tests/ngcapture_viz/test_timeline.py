@@ -292,7 +292,8 @@ def test_five_hundred_calls_build_fast_without_bar_text(tmp_path: Path) -> None:
     elapsed = time.perf_counter() - started
     assert len(_bar_by_call(fig)) == 500
     assert all(bar.text is None for bar in _bars(fig))
-    assert elapsed < 0.75, f"500-call timeline took {elapsed:.2f} s"
+    # A bound against pathological (quadratic) layouts, not a benchmark: ~0.05 s measured.
+    assert elapsed < 5, f"500-call timeline took {elapsed:.2f} s"
 
 
 # -- selection ------------------------------------------------------------------------------

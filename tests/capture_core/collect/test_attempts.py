@@ -7,6 +7,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -17,6 +18,7 @@ from capture_core.collect import (
     CLEARED_DIR,
     CollectError,
     ResumeState,
+    attempts,
     clear_rollouts,
     expand_rows,
     failures_path,
@@ -31,8 +33,10 @@ from capture_core.collect import (
 )
 from capture_core.collect.attempts import repair_torn_tail
 from capture_core.collect.grader import grade
-from capture_core.pending import mark_pending, pending_writes, unmark_pending
+from capture_core.pending import mark_pending, pending_writes, unmark_pending, wait_for_pending
 from capture_core.testing import Answer, capture_line
+
+WAIT = 30.0  # failure timeout for what should happen promptly; generous for a busy machine
 
 
 def write_jsonl(path: Path, rows: list[object]) -> None:
@@ -181,19 +185,28 @@ def test_clearing_rejects_an_invalid_id_before_touching_anything(tmp_path: Path)
     assert store.exists("0-0")
 
 
-def test_clearing_waits_for_writes_in_flight(tmp_path: Path) -> None:
+def test_clearing_waits_for_writes_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = CaptureStore(tmp_path)
     fill(store, "1-0")
     mark_pending(tmp_path, "1-0", "c" * 32)
+    waiting = threading.Event()
+
+    def spy(root: Path, rollout_id: str, *, timeout_s: float) -> list[str]:
+        waiting.set()  # the clear is about to wait: the write lands while it does
+        return wait_for_pending(root, rollout_id, timeout_s=timeout_s)
 
     def land() -> None:
-        time.sleep(0.3)
+        assert waiting.wait(WAIT)
+        time.sleep(0.3)  # a clear that did not wait would have moved the file by now
         store.record("1-0", capture_line("chat", Answer(), model_call_id="c" * 32))
         unmark_pending(tmp_path, "1-0", "c" * 32)
 
+    monkeypatch.setattr(attempts, "wait_for_pending", spy)
     writer = threading.Thread(target=land)
     writer.start()
-    report = clear_rollouts([tmp_path], ["1-0"], wait_s=10)
+    report = clear_rollouts([tmp_path], ["1-0"], wait_s=WAIT)
     writer.join()
     assert report.still_pending == {}
     (archived,) = report.moved
@@ -204,33 +217,43 @@ def test_clearing_waits_for_writes_in_flight(tmp_path: Path) -> None:
 def test_a_stuck_write_is_reported_and_its_marker_kept(tmp_path: Path) -> None:
     store = CaptureStore(tmp_path)
     fill(store, "2-0")
-    mark_pending(tmp_path, "2-0", "d" * 32)
-    mark_pending(tmp_path, "2-1", "e" * 32)
+    stuck = {f"2-{n}": [f"{n:x}" * 32] for n in range(10)}
+    for rollout_id, (call_id,) in stuck.items():
+        mark_pending(tmp_path, rollout_id, call_id)
     started = time.monotonic()
-    report = clear_rollouts([tmp_path], ["2-0", "2-1", "2-2"], wait_s=0.3)
-    assert 0.3 <= time.monotonic() - started < 3  # one bound for all ids, not one per id
-    assert report.still_pending == {"2-0": ["d" * 32], "2-1": ["e" * 32]}
-    assert report.pending_count == 2
+    report = clear_rollouts([tmp_path], [*stuck, "2-10"], wait_s=0.5)
+    elapsed = time.monotonic() - started
+    # One bound for all ids: a bound per id would take 10 x 0.5 s; the rest is slack for load.
+    assert 0.5 <= elapsed < 4, elapsed
+    assert report.still_pending == stuck
+    assert report.pending_count == 10
     assert len(report.moved) == 1
-    assert pending_writes(tmp_path, "2-0") == ["d" * 32]
+    assert pending_writes(tmp_path, "2-0") == ["0" * 32]
 
 
-def test_a_writer_holding_the_lock_lands_before_the_move(tmp_path: Path) -> None:
+def test_a_writer_holding_the_lock_lands_before_the_move(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = CaptureStore(tmp_path)
     fill(store, "3-0")
     path = store.path_for("3-0")
-    held = threading.Event()
+    held, clearing = threading.Event(), threading.Event()
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        clearing.set()  # the clear is about to lock the file the straggler holds
+        return locked_fd(*args, **kwargs)
 
     def straggler() -> None:
         with locked_fd(path, os.O_WRONLY | os.O_APPEND, exclusive=True, create=False) as lock:
             assert lock is not None
             held.set()
-            time.sleep(0.3)
+            assert clearing.wait(WAIT)
             os.write(lock.fd, b'{"model_call_id": "late", "dialect": "chat"}\n')
 
+    monkeypatch.setattr(attempts, "locked_fd", spy)
     thread = threading.Thread(target=straggler)
     thread.start()
-    held.wait(5)
+    assert held.wait(WAIT)
     report = clear_rollouts([tmp_path], ["3-0"], wait_s=0)
     thread.join()
     (archived,) = report.moved

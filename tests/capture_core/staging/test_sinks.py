@@ -35,6 +35,7 @@ from capture_core.staging import (
 from capture_core.testing.staging import InMemoryStagingSink, LegacyStagingSink
 
 CTX = multiprocessing.get_context("fork")
+WAIT = 30.0  # failure timeout for the worker processes; generous for a busy machine
 PIXELS = bytes(range(256)) * 3
 
 
@@ -427,7 +428,7 @@ def test_the_root_must_be_a_directory(tmp_path: Path) -> None:
 
 def _stage_many(root: str, writer: int, start: Event, out: Connection) -> None:
     sink = FilesystemStagingSink(root)
-    start.wait(10)
+    start.wait(WAIT)
     outcomes: dict[str, str] = {}
     for index in range(100):
         sink.stage(make_record(f"w{writer}-c{index}", size=1 + index % 7))
@@ -452,12 +453,22 @@ def test_two_processes_stage_into_one_root(tmp_path: Path) -> None:
         CTX.Process(target=_stage_many, args=(str(tmp_path), writer, start, pipes[writer][1]))
         for writer in range(2)
     ]
-    for worker in workers:
-        worker.start()
-    start.set()
-    outcomes = [receiver.recv() for receiver, _ in pipes]
-    for worker in workers:
-        worker.join(30)
+    try:
+        for worker in workers:
+            worker.start()
+        for _, sender in pipes:
+            sender.close()  # a worker that dies now reads as EOF here instead of a hang
+        start.set()
+        for receiver, _ in pipes:
+            assert receiver.poll(WAIT), "a worker sent no outcomes"
+        outcomes = [receiver.recv() for receiver, _ in pipes]
+        for worker in workers:
+            worker.join(WAIT)
+    finally:
+        for worker in workers:
+            if worker.is_alive():
+                worker.kill()
+                worker.join()
     assert [worker.exitcode for worker in workers] == [0, 0]
 
     sink = FilesystemStagingSink(tmp_path)
