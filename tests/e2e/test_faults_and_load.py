@@ -61,17 +61,15 @@ def test_faults_are_classified_and_the_client_sees_what_it_would_without_capture
         assert record.error_message
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_upstream_down_is_a_connection_error(tmp_path: Path) -> None:
-    dead = f"http://127.0.0.1:{free_port()}"
-    with run_capture_server(dead, tmp_path / "calls") as server:
-        response = httpx.post(server.url + "/ng-rollout/r-1/v1/chat/completions",
-                              json=request_body("chat"), timeout=30)  # fmt: skip
+    # A port bound but never listening: connections are refused, and while the socket is
+    # held no other process can take the port and answer.
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{held.getsockname()[1]}"
+        with run_capture_server(dead, tmp_path / "calls") as server:
+            response = httpx.post(server.url + "/ng-rollout/r-1/v1/chat/completions",
+                                  json=request_body("chat"), timeout=30)  # fmt: skip
     assert response.status_code == 502
     assert response.json()["error"]["code"] == "upstream_unreachable"
     (record,) = CaptureStore(tmp_path / "calls").read_records("r-1").records
