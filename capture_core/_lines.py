@@ -78,33 +78,42 @@ def parse_capture(content: bytes, path: Path) -> tuple[list[RawEntry], list[Dama
     """
     entries: list[RawEntry] = []
     damaged: list[DamagedLine] = []
-    lines = content.split(b"\n")
-    offset = 0
+    # Lines are parsed from slices of a view: copying every line out of ``content`` (with
+    # ``split``) costs as much as parsing it.
+    view = memoryview(content)
+    find = content.find
+    start = 0
+    number = 0
     call_index = 0
-    for number, line in enumerate(lines, start=1):
-        start = offset
-        offset += len(line) + 1
-        if not line.strip(_BLANK):
-            continue
-        value, reason = _parse(line, unterminated=number == len(lines))
-        if isinstance(value, dict):
-            entries.append(RawEntry(call_index, number, start, len(line), value))
-        else:
-            damaged.append(
-                DamagedLine(
-                    path=str(path),
-                    line_number=number,
-                    call_index=call_index,
-                    byte_offset=start,
-                    length=len(line),
-                    reason=reason,
+    while True:
+        number += 1
+        end = find(b"\n", start)
+        unterminated = end < 0
+        if unterminated:
+            end = len(content)
+        # A line is blank only if its first byte is: test that before copying it to strip it.
+        if end > start and (content[start] not in _BLANK or content[start:end].strip(_BLANK)):
+            value, reason = _parse(view[start:end], unterminated=unterminated)
+            if isinstance(value, dict):
+                entries.append(RawEntry(call_index, number, start, end - start, value))
+            else:
+                damaged.append(
+                    DamagedLine(
+                        path=str(path),
+                        line_number=number,
+                        call_index=call_index,
+                        byte_offset=start,
+                        length=end - start,
+                        reason=reason,
+                    )
                 )
-            )
-        call_index += 1
-    return entries, damaged
+            call_index += 1
+        if unterminated:
+            return entries, damaged
+        start = end + 1
 
 
-def _parse(line: bytes, *, unterminated: bool) -> tuple[object, str]:
+def _parse(line: bytes | memoryview, *, unterminated: bool) -> tuple[object, str]:
     """The line's value when it is an object, else ``None`` and why it is damaged."""
     try:
         value = orjson.loads(line)

@@ -17,7 +17,9 @@ from typing import Final
 import polars as pl
 
 from capture_core import (
+    DamagedLine,
     InvalidRecordError,
+    RawEntry,
     parse_capture,
     paused_gc,
 )
@@ -81,7 +83,19 @@ class ScanResult:
 def fingerprint(fd: int, start: int, end: int) -> str:
     """A short hash of bytes ``[start, end)`` of an open file."""
     data = os.pread(fd, max(0, end - start), start) if end > start else b""
+    return _digest(data)
+
+
+def _digest(data: bytes | memoryview) -> str:
     return hashlib.blake2b(data, digest_size=12).hexdigest()
+
+
+def _fingerprint_read(fd: int, content: bytes, offset: int, start: int, end: int) -> str:
+    """``fingerprint(fd, start, end)``, hashed from ``content`` (the file's bytes from
+    ``offset``) when it holds the whole range, which saves a read."""
+    if start < offset:
+        return fingerprint(fd, start, end)
+    return _digest(memoryview(content)[start - offset : max(start, end) - offset])
 
 
 #: Modification times this close to a scan are not trusted to reveal a later rewrite.
@@ -95,19 +109,25 @@ def is_racy(mtime_ns: int, scan_ns: int) -> bool:
 
 def scan_files(tasks: list[FileTask]) -> ScanResult:
     """Parse every task's bytes; unreadable files are reported, never raised."""
+    # The frames are built, and the rows they were built from freed, before the collector
+    # resumes: its first pass then has a few frames to walk, not every row.
+    with paused_gc():
+        return _scan_all(tasks)
+
+
+def _scan_all(tasks: list[FileTask]) -> ScanResult:
     calls, tools, damaged = CallColumns(), ToolCallColumns(), GapRows()
     states: list[FileState] = []
     unreadable: list[tuple[str, str]] = []
     parsed = 0
-    with paused_gc():
-        for task in tasks:
-            try:
-                state, size = _scan_one(task, calls, tools, damaged)
-            except OSError as exc:
-                unreadable.append((task.name, f"{type(exc).__name__}: {exc.strerror or exc}"))
-                continue
-            states.append(state)
-            parsed += size
+    for task in tasks:
+        try:
+            state, size = _scan_one(task, calls, tools, damaged)
+        except OSError as exc:
+            unreadable.append((task.name, f"{type(exc).__name__}: {exc.strerror or exc}"))
+            continue
+        states.append(state)
+        parsed += size
     return ScanResult(
         calls.frame(),
         tools.frame(),
@@ -121,19 +141,24 @@ def scan_files(tasks: list[FileTask]) -> ScanResult:
 def _scan_one(
     task: FileTask, calls: CallColumns, tools: ToolCallColumns, damaged: GapRows
 ) -> tuple[FileState, int]:
+    start = task.start
     fd = os.open(task.path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         stat = os.fstat(fd)
         size = stat.st_size
-        content = os.pread(fd, max(0, size - task.start), task.start) if size > task.start else b""
-        end = task.start + len(content)
+        content = os.pread(fd, max(0, size - start), start) if size > start else b""
+        end = start + len(content)
         last_newline = content.rfind(b"\n")
-        consumed = task.start + last_newline + 1
-        head = fingerprint(fd, 0, min(_PROBE, consumed))
-        tail = fingerprint(fd, max(0, consumed - _PROBE), consumed)
+        consumed = start + last_newline + 1
+        head = _fingerprint_read(fd, content, start, 0, min(_PROBE, consumed))
+        # Up to _PROBE bytes, the head, the tail and the whole are one range: hashed once.
+        small = consumed <= _PROBE
+        tail = head if small else _fingerprint_read(fd, content, start, consumed - _PROBE, consumed)
         # A file modified close to the scan may be rewritten again within the same mtime tick
         # (same size, same mtime): keep a hash of all of it so the next refresh can tell.
-        full = fingerprint(fd, 0, consumed) if is_racy(stat.st_mtime_ns, task.scan_ns) else None
+        full = None
+        if is_racy(stat.st_mtime_ns, task.scan_ns):
+            full = head if small else _fingerprint_read(fd, content, start, 0, consumed)
     finally:
         os.close(fd)
     path = Path(task.path)
@@ -161,7 +186,8 @@ def _scan_one(
             byte_offset=offset,
             line_bytes=entry.length,
         )
-        tools.add(fields, rollout_id=task.rollout_id, source="store")
+        if fields["tool_calls"]:
+            tools.add(fields, rollout_id=task.rollout_id, source="store")
     for line in bad:
         offset = task.start + line.byte_offset
         call_index = task.call_index + line.call_index
@@ -169,7 +195,7 @@ def _scan_one(
             next_call_index = max(next_call_index, call_index + 1)
         number = task.line + line.line_number - 1
         _add_damage(damaged, task, line.reason, call_index=call_index, line=number, offset=offset)
-    next_line = task.line + content.count(b"\n", 0, last_newline + 1)
+    next_line = task.line + _newlines(content, entries, bad)
     state = FileState(
         name=task.name,
         rollout_id=task.rollout_id,
@@ -185,6 +211,16 @@ def _scan_one(
         full_hash=full,
     )
     return state, len(content)
+
+
+def _newlines(content: bytes, entries: list[RawEntry], bad: list[DamagedLine]) -> int:
+    """How many newlines ``content`` holds, counted only after its last non-blank line: the
+    number of that line tells how many come before it, and the line itself has none."""
+    lasts: list[RawEntry | DamagedLine] = [*entries[-1:], *bad[-1:]]
+    if not lasts:
+        return content.count(b"\n")
+    last = max(lasts, key=lambda line: line.byte_offset)
+    return last.line_number - 1 + content.count(b"\n", last.byte_offset + last.length)
 
 
 def _add_damage(

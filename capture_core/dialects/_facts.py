@@ -143,9 +143,11 @@ def tool_call(
 
 def error_fields(error: object) -> tuple[str | None, str | None]:
     """``(code, message)`` of an error object (OpenAI, Anthropic or Responses shape) or string."""
+    if error is None:  # the common case, answered before the slow ABC check below
+        return None, None
     if isinstance(error, str):
         return None, error or None
-    if not isinstance(error, Mapping):
+    if type(error) is not dict and not isinstance(error, Mapping):
         return None, None
     code = error.get("code")
     if code is None:

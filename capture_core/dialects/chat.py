@@ -50,13 +50,18 @@ def terminal_kind(event: SSEEvent) -> TerminalKind | None:
 
 def extract(response: Mapping[str, Any]) -> ResponseFacts:
     """Read id, finish reason, tokens, tool calls, reasoning and error of a chat completion."""
+    # ``type(x) is dict`` first: the ABC check of ``Mapping`` is slow and this runs per line.
     choices = response.get("choices")
-    choices = [c for c in choices if isinstance(c, Mapping)] if isinstance(choices, list) else []
+    choices = (
+        [c for c in choices if type(c) is dict or isinstance(c, Mapping)]
+        if isinstance(choices, list)
+        else []
+    )
     tools: list[ToolCall] = []
     reasoning: list[str] = []
     for choice in choices:
         message = choice.get("message")
-        if not isinstance(message, Mapping):
+        if type(message) is not dict and not isinstance(message, Mapping):
             continue
         tools.extend(_tools(message))
         for key in _REASONING_KEYS:
@@ -81,10 +86,10 @@ def _tools(message: Mapping[str, Any]) -> list[ToolCall]:
     found: list[ToolCall] = []
     calls = message.get("tool_calls")
     for call in calls if isinstance(calls, list) else ():
-        if not isinstance(call, Mapping):
+        if type(call) is not dict and not isinstance(call, Mapping):
             continue
         function = call.get("function")
-        function = function if isinstance(function, Mapping) else {}
+        function = function if type(function) is dict or isinstance(function, Mapping) else {}
         found.append(
             tool_call(
                 call_id=call.get("id"),
@@ -94,7 +99,7 @@ def _tools(message: Mapping[str, Any]) -> list[ToolCall]:
             )
         )
     legacy = message.get("function_call")
-    if isinstance(legacy, Mapping):
+    if legacy is not None and isinstance(legacy, Mapping):
         found.append(
             tool_call(
                 call_id=None,

@@ -51,7 +51,7 @@ def extract(response: Mapping[str, Any]) -> ResponseFacts:
     thinking: list[str] = []
     content = response.get("content")
     for block in content if isinstance(content, list) else ():
-        if not isinstance(block, Mapping):
+        if type(block) is not dict and not isinstance(block, Mapping):  # dict first: ABCs are slow
             continue
         kind = block.get("type")
         if kind in _TOOL_BLOCKS:

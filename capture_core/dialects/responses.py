@@ -51,13 +51,19 @@ def terminal_kind(event: SSEEvent) -> TerminalKind | None:
 
 def extract(response: Mapping[str, Any]) -> ResponseFacts:
     """Read id, status, finish reason, tokens, tool calls, reasoning and error of a Response."""
+    # ``None`` and ``dict`` are tested first: the ABC check of ``Mapping`` is slow, and this
+    # runs per line.
     details = response.get("incomplete_details")
-    finish = opt_str(details.get("reason")) if isinstance(details, Mapping) else None
+    finish = (
+        opt_str(details.get("reason"))
+        if details is not None and isinstance(details, Mapping)
+        else None
+    )
     tools: list[ToolCall] = []
     reasoning: list[str] = []
     output = response.get("output")
     for item in output if isinstance(output, list) else ():
-        if not isinstance(item, Mapping):
+        if type(item) is not dict and not isinstance(item, Mapping):
             continue
         kind = item.get("type")
         if kind in _TOOL_ITEMS:
@@ -103,7 +109,9 @@ def _reasoning(item: Mapping[str, Any]) -> list[str]:
 def _texts(parts: object, kind: str | None) -> list[str]:
     found: list[str] = []
     for part in parts if isinstance(parts, list) else ():
-        if isinstance(part, Mapping) and (kind is None or part.get("type") == kind):
+        if (type(part) is dict or isinstance(part, Mapping)) and (
+            kind is None or part.get("type") == kind
+        ):
             text = part.get("text")
             if isinstance(text, str) and text:
                 found.append(text)

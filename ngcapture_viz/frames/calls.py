@@ -126,7 +126,7 @@ def _rate(
 
 
 class CallColumns:
-    """Accumulates call rows column by column (fast), then builds the typed frame.
+    """Accumulates call rows as tuples (fast), then builds the typed frame column by column.
 
     Example:
         >>> acc = CallColumns()
@@ -135,15 +135,53 @@ class CallColumns:
         ('ckpt', 3, None)
     """
 
-    _NAMES: Final = [n for n in CALLS.names if n not in ("run", "tool_names")]
+    #: The columns of a row, in the order ``add`` builds its tuple (``run`` and ``tool_names``
+    #: are added by ``frame``).
+    ROW: Final = (
+        "rollout_id",
+        "call_index",
+        "model_call_id",
+        "response_id",
+        "model_ref_type",
+        "model_ref_name",
+        "model",
+        "dialect",
+        "stream",
+        "status_code",
+        "response_status",
+        "finish_reason",
+        "outcome",
+        "started_at",
+        "completed_at",
+        "latency_total_ms",
+        "latency_ttft_ms",
+        "tokens_in",
+        "tokens_out",
+        "tokens_reasoning",
+        "tokens_total",
+        "cached_tokens",
+        "cache_creation_tokens",
+        "cache_hit",
+        "output_tokens_per_s",
+        "num_tool_calls",
+        "reasoning_content",
+        "error_category",
+        "error_code",
+        "error_message",
+        "source",
+        "path",
+        "line_number",
+        "byte_offset",
+        "line_bytes",
+    )
 
     def __init__(self) -> None:
-        self.data: dict[str, list[Any]] = {name: [] for name in self._NAMES}
+        self._rows: list[tuple[Any, ...]] = []
         self._tool_rows: list[int] = []
         self._tool_names: list[str | None] = []
 
     def __len__(self) -> int:
-        return len(self.data["call_index"])
+        return len(self._rows)
 
     def add(
         self,
@@ -157,57 +195,62 @@ class CallColumns:
         line_bytes: int | None = None,
     ) -> None:
         """Append the row of ``record`` (a record, or the field dict ``record_fields`` gives)."""
-        f = record if isinstance(record, Mapping) else vars(record)
-        d = self.data
+        f = record if type(record) is dict or isinstance(record, Mapping) else vars(record)
         ref = f["model_ref"]
         tools = f["tool_calls"]
         error_category, finish_reason = f["error_category"], f["finish_reason"]
-        d["rollout_id"].append(rollout_id)
-        d["call_index"].append(f["call_index"])
-        d["model_call_id"].append(f["model_call_id"])
-        d["response_id"].append(f["response_id"])
-        d["model_ref_type"].append(None if ref is None else ref.type)
-        d["model_ref_name"].append(None if ref is None else ref.name)
-        d["model"].append(f["model"])
-        d["dialect"].append(f["dialect"])
-        d["stream"].append(f["stream"])
-        d["status_code"].append(f["status_code"])
-        d["response_status"].append(f["response_status"])
-        d["finish_reason"].append(finish_reason)
-        d["outcome"].append(call_outcome(error_category, finish_reason))
-        d["started_at"].append(_micros(f["started_at"]))
-        d["completed_at"].append(_micros(f["completed_at"]))
-        d["latency_total_ms"].append(f["latency_total_ms"])
-        d["latency_ttft_ms"].append(f["latency_ttft_ms"])
-        d["tokens_in"].append(f["tokens_in"])
-        d["tokens_out"].append(f["tokens_out"])
-        d["tokens_reasoning"].append(f["tokens_reasoning"])
-        d["tokens_total"].append(f["tokens_total"])
-        d["cached_tokens"].append(f["cached_tokens"])
-        d["cache_creation_tokens"].append(f["cache_creation_tokens"])
-        d["cache_hit"].append(f["cache_hit"])
-        d["output_tokens_per_s"].append(
-            _rate(f["tokens_out"], f["latency_total_ms"], f["latency_ttft_ms"], f["stream"])
-        )
-        d["num_tool_calls"].append(len(tools))
+        stream, tokens_out = f["stream"], f["tokens_out"]
+        latency, ttft = f["latency_total_ms"], f["latency_ttft_ms"]
         if tools:
-            row = len(d["rollout_id"]) - 1
-            for tool in tools:
-                self._tool_rows.append(row)
-                self._tool_names.append(tool.name)
-        d["reasoning_content"].append(f["reasoning_content"])
-        d["error_category"].append(error_category)
-        d["error_code"].append(f["error_code"])
-        d["error_message"].append(f["error_message"])
-        d["source"].append(source)
-        d["path"].append(path)
-        d["line_number"].append(line_number)
-        d["byte_offset"].append(byte_offset)
-        d["line_bytes"].append(line_bytes)
+            row = len(self._rows)
+            self._tool_rows.extend([row] * len(tools))
+            self._tool_names.extend([tool.name for tool in tools])
+        self._rows.append(
+            (
+                rollout_id,
+                f["call_index"],
+                f["model_call_id"],
+                f["response_id"],
+                None if ref is None else ref.type,
+                None if ref is None else ref.name,
+                f["model"],
+                f["dialect"],
+                stream,
+                f["status_code"],
+                f["response_status"],
+                finish_reason,
+                call_outcome(error_category, finish_reason),
+                _micros(f["started_at"]),
+                _micros(f["completed_at"]),
+                latency,
+                ttft,
+                f["tokens_in"],
+                tokens_out,
+                f["tokens_reasoning"],
+                f["tokens_total"],
+                f["cached_tokens"],
+                f["cache_creation_tokens"],
+                f["cache_hit"],
+                _rate(tokens_out, latency, ttft, stream),
+                len(tools),
+                f["reasoning_content"],
+                error_category,
+                f["error_code"],
+                f["error_message"],
+                source,
+                path,
+                line_number,
+                byte_offset,
+                line_bytes,
+            )
+        )
 
     def frame(self, run: str | None = None) -> pl.DataFrame:
         """The typed frame (``run`` filled with ``run`` on every row)."""
-        data: dict[str, Any] = dict(self.data)
+        columns = zip(*self._rows, strict=True) if self._rows else ([] for _ in self.ROW)
+        data: dict[str, Any] = {
+            name: list(values) for name, values in zip(self.ROW, columns, strict=True)
+        }
         for name in ("started_at", "completed_at"):
             data[name] = pl.Series(name, data[name], dtype=pl.Int64).cast(UTC_TIME)
         data["run"] = [run] * len(self)

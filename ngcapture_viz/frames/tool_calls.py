@@ -50,7 +50,7 @@ class ToolCallColumns:
         self, record: ModelCallRecord | Mapping[str, Any], *, rollout_id: str, source: str
     ) -> None:
         """Append one row per tool call of ``record`` (a record or its field dict)."""
-        f = record if isinstance(record, Mapping) else vars(record)
+        f = record if type(record) is dict or isinstance(record, Mapping) else vars(record)
         d = self.data
         for position, tool in enumerate(f["tool_calls"]):
             d["rollout_id"].append(rollout_id)
