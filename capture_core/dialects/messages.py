@@ -54,6 +54,8 @@ def extract(response: Mapping[str, Any]) -> ResponseFacts:
         if type(block) is not dict and not isinstance(block, Mapping):  # dict first: ABCs are slow
             continue
         kind = block.get("type")
+        if not isinstance(kind, str):  # a hostile "type" (an object) is not hashable
+            continue
         if kind in _TOOL_BLOCKS:
             tools.append(
                 tool_call(
@@ -125,8 +127,8 @@ class _Message:
     def _delta(self, index: int, delta: Mapping[str, Any]) -> None:
         block = self.blocks.setdefault(index, {})
         kind = delta.get("type")
-        if kind in _APPENDED:
-            key = _APPENDED[str(kind)]
+        if isinstance(kind, str) and kind in _APPENDED:  # an object "type" is not hashable
+            key = _APPENDED[kind]
             block.setdefault("type", key)
             if isinstance(delta.get(key), str):
                 block[key] = str(block.get(key) or "") + delta[key]

@@ -66,6 +66,8 @@ def extract(response: Mapping[str, Any]) -> ResponseFacts:
         if type(item) is not dict and not isinstance(item, Mapping):
             continue
         kind = item.get("type")
+        if not isinstance(kind, str):  # a hostile "type" (an object) is not hashable
+            continue
         if kind in _TOOL_ITEMS:
             tools.append(_tool(item))
         elif kind == "reasoning":

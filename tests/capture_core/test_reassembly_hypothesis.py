@@ -138,3 +138,68 @@ def test_arbitrary_file_bytes_never_raise_out_of_the_reader(
     assert sorted(indexes) == list(range(len(indexes)))
     if valid_after:
         assert result.records and result.records[-1].call_index == len(indexes) - 1
+
+
+# Keys the dialect readers look at, so generated bodies reach their nested branches (random
+# keys almost never do): an output item whose "type" is an object, usage that is a list...
+DIALECT_KEYS = st.sampled_from(
+    "type output content choices message delta tool_calls function usage stop_reason "
+    "finish_reason incomplete_details reason status error code id model name arguments "
+    "input call_id summary text thinking prompt_tokens completion_tokens input_tokens "
+    "output_tokens total_tokens prompt_tokens_details cached_tokens completion_tokens_details "
+    "reasoning_tokens input_tokens_details output_tokens_details cache_read_input_tokens "
+    "cache_creation_input_tokens reasoning_content logprobs".split()
+)
+SHAPED = st.recursive(
+    JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(DIALECT_KEYS, inner, max_size=5),
+    max_leaves=25,
+)
+
+
+# Items always carry a "type" (what the readers branch on), of any JSON kind.
+ITEM = st.builds(
+    lambda kind, rest: {**rest, "type": kind},
+    SHAPED | DIALECT_KEYS,
+    st.dictionaries(DIALECT_KEYS, SHAPED, max_size=4),
+)
+SHAPED_RESPONSE = st.fixed_dictionaries(
+    {},
+    optional={
+        key: SHAPED | ITEM | st.lists(ITEM, max_size=3)
+        for key in ("output", "content", "choices", "usage", "error", "incomplete_details")
+    }
+    | dict.fromkeys(("id", "model", "status", "stop_reason", "type"), SHAPED),
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(response=SHAPED_RESPONSE)
+def test_dialect_shaped_hostile_responses_never_raise(response: dict[str, Any]) -> None:
+    extract_response(None, response)  # guessed by shape
+    for dialect in ("responses", "chat", "messages"):
+        extract_response(dialect, response)
+        with contextlib.suppress(InvalidRecordError):
+            normalize_line({"model_call_id": "c", "dialect": dialect, "response": response}, 0)
+
+
+def test_an_output_item_typed_with_an_object_is_no_tool_call() -> None:
+    hostile = [{"type": {"a": 1}}, {"type": ["function_call"]}, {"type": "function_call"}]
+    responses = extract_response("responses", {"output": hostile})
+    assert [t.type for t in responses.tool_calls] == ["function_call"]
+    messages = extract_response("messages", {"content": hostile[:2], "stop_reason": {"x": 1}})
+    assert messages.tool_calls == () and messages.finish_reason is None
+
+
+def test_a_stream_delta_typed_with_an_object_is_skipped() -> None:
+    events = [
+        {"type": "message_start", "message": {"id": "m", "content": []}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": {"x": 1}, "text": "no"}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "ok"}},
+        {"type": "message_stop"},
+    ]
+    body = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events)
+    rebuilt = reassemble_stream("messages", body)
+    assert rebuilt.response is not None
+    assert rebuilt.response["content"][0]["text"] == "ok"
