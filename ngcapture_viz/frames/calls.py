@@ -50,7 +50,7 @@ CALLS: Final = FrameSchema(
         Column(
             "outcome",
             _CAT,
-            "`ok`, the error category, or `length` (stopped by the output-token limit).",
+            "`length` (stopped by the output-token limit), else the error category, else `ok`.",
         ),
         Column("started_at", UTC_TIME, "When the request reached the capture server (UTC)."),
         Column("completed_at", UTC_TIME, "When the response finished (UTC)."),
@@ -85,18 +85,24 @@ CALLS: Final = FrameSchema(
 
 
 def call_outcome(error_category: str | None, finish_reason: str | None) -> str:
-    """The outcome label of a call: ``ok``, its error category, or ``length``.
+    """The outcome label of a call: ``length``, its error category, or ``ok``.
+
+    A call stopped by the output-token limit is ``length``: ``capture_core`` files it under
+    the error category ``incomplete`` (or none, in older lines), and its finish reason says
+    why. Any other error keeps its category (``incomplete`` for, say, a content filter).
 
     Example:
         >>> call_outcome(None, "stop"), call_outcome("rate_limit", None)
         ('ok', 'rate_limit')
-        >>> call_outcome(None, "length")
-        'length'
+        >>> call_outcome("incomplete", "max_tokens"), call_outcome(None, "length")
+        ('length', 'length')
+        >>> call_outcome("incomplete", "content_filter")
+        'incomplete'
     """
+    if finish_reason in LENGTH_FINISH_REASONS and error_category in (None, "incomplete"):
+        return "length"
     if error_category is not None:
         return error_category
-    if finish_reason in LENGTH_FINISH_REASONS:
-        return "length"
     return "ok"
 
 

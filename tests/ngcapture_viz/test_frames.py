@@ -38,7 +38,7 @@ from capture_core import (
     read_model_call_records,
 )
 from capture_core.testing import CaptureLineFactory, RunSpec, write_run
-from ngcapture_viz.frames import CALLS, GAPS, ROLLOUTS, TOOL_CALLS, UTC_TIME
+from ngcapture_viz.frames import CALLS, GAPS, LENGTH_FINISH_REASONS, ROLLOUTS, TOOL_CALLS, UTC_TIME
 from ngcapture_viz.frames.rollouts import rollout_part_columns, rollout_parts
 from tests.ngcapture_viz.conftest import write_capture
 
@@ -194,7 +194,8 @@ def _expected_frames(
                 span = r.latency_total_ms - ttft if r.stream and ttft is not None else None
                 seconds = (span if span is not None else r.latency_total_ms) / 1000
                 rate = r.tokens_out / seconds if seconds > 0 else None
-            outcome = r.error_category or ("length" if r.finish_reason in _LENGTH else "ok")
+            cut = r.finish_reason in _LENGTH and r.error_category in (None, "incomplete")
+            outcome = "length" if cut else r.error_category or "ok"
             rows.append(
                 {
                     "run": "exact",
@@ -474,3 +475,21 @@ def test_rollout_part_columns_agree_with_rollout_parts() -> None:
         for i in ids
     ]
     assert got == expected
+
+
+def test_token_limit_cuts_are_truncations_whatever_the_error_category(tmp_path: Path) -> None:
+    written = write_run(tmp_path / "run", RunSpec(tasks=200, repeats=2, seed=4))
+    run = ngv.open_run(written.capture_dir, written.rollouts)
+    calls = run.calls.with_columns(pl.col("outcome", "error_category").cast(pl.String))
+    limit = pl.col("finish_reason").cast(pl.String).is_in(list(LENGTH_FINISH_REASONS))
+    cut = calls.filter(limit & pl.col("error_category").is_in(["incomplete"]))
+    assert cut.height > 0  # the recorder files token-limit stops under "incomplete"
+    assert set(cut["outcome"]) == {"length"}
+    others = calls.filter(~limit & pl.col("error_category").is_not_null())
+    assert (others["outcome"] == others["error_category"]).all()
+    truncated = calls.filter(pl.col("outcome").is_in(["length", "stream_truncated"])).height
+    assert truncated > cut.height  # stream cut-offs count too
+    rate = ngv.summary_metrics(run)["truncation_rate"]
+    assert rate == pytest.approx(truncated / calls.height)
+    d = ngv.diff(run, run, metrics=["truncation_rate"], n_boot=0)
+    assert d.row("truncation_rate")["value_a"] == pytest.approx(truncated / calls.height)
