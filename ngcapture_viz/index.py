@@ -51,8 +51,9 @@ __all__ = ["INDEX_DIR_NAME", "CaptureIndex", "DirListing", "IndexStats", "defaul
 logger = logging.getLogger(__name__)
 
 INDEX_DIR_NAME: Final = ".ngcapture-index"
-#: Below this many bytes to parse, a process pool costs more than it saves.
-PARALLEL_MIN_BYTES: Final = 24 * 1024 * 1024
+#: Below this many bytes to parse, a process pool costs about what it saves (a worker's start-up
+#: is worth ~96 MB of parsing: ``_pool.STARTUP_BYTES``).
+PARALLEL_MIN_BYTES: Final = 128 * 1024 * 1024
 
 
 def default_cache_dir() -> Path:

@@ -141,45 +141,9 @@ class CallColumns:
         ('ckpt', 3, None)
     """
 
-    #: The columns of a row, in the order ``add`` builds its tuple (``run`` and ``tool_names``
-    #: are added by ``frame``).
-    ROW: Final = (
-        "rollout_id",
-        "call_index",
-        "model_call_id",
-        "response_id",
-        "model_ref_type",
-        "model_ref_name",
-        "model",
-        "dialect",
-        "stream",
-        "status_code",
-        "response_status",
-        "finish_reason",
-        "outcome",
-        "started_at",
-        "completed_at",
-        "latency_total_ms",
-        "latency_ttft_ms",
-        "tokens_in",
-        "tokens_out",
-        "tokens_reasoning",
-        "tokens_total",
-        "cached_tokens",
-        "cache_creation_tokens",
-        "cache_hit",
-        "output_tokens_per_s",
-        "num_tool_calls",
-        "reasoning_content",
-        "error_category",
-        "error_code",
-        "error_message",
-        "source",
-        "path",
-        "line_number",
-        "byte_offset",
-        "line_bytes",
-    )
+    #: The columns of a row, in the order ``add`` builds its tuple: the schema's order, less
+    #: ``run`` and ``tool_names`` (added by ``frame``).
+    ROW: Final = tuple(name for name in CALLS.names if name not in ("run", "tool_names"))
 
     def __init__(self) -> None:
         self._rows: list[tuple[Any, ...]] = []

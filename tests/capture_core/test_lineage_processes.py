@@ -16,6 +16,7 @@ import pytest
 
 from capture_core.lineage import LineageStore, RecordOutcome
 from capture_core.staging.manifest import CallRecord, ManifestFailure
+from tests.capture_core._processes import join_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
@@ -95,15 +96,7 @@ def _run(target: Any, *args: Any) -> Any:
 
 
 def _join_all(processes: list[Any]) -> None:
-    """Join within one bound; kill stragglers so none outlives the test, then check exits."""
-    deadline = time.monotonic() + 45
-    for process in processes:
-        process.join(max(0.0, deadline - time.monotonic()))
-    for process in processes:
-        if process.is_alive():
-            process.kill()
-            process.join()
-    assert [p.exitcode for p in processes] == [0] * len(processes)
+    join_all(processes, within_s=45)
 
 
 def test_writers_racing_a_retirer(tmp_path: Path) -> None:

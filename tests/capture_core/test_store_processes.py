@@ -19,6 +19,7 @@ import orjson
 import pytest
 
 from capture_core.store import CaptureStore
+from tests.capture_core._processes import join_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -45,14 +46,7 @@ def _line(**extra: Any) -> dict[str, Any]:
 
 
 def _join_all(processes: list[Any]) -> None:
-    deadline = time.monotonic() + WAIT * 2  # one bound for all, within the test's timeout
-    for process in processes:
-        process.join(max(0.0, deadline - time.monotonic()))
-    for process in processes:
-        if process.is_alive():
-            process.kill()
-            process.join()
-    assert [p.exitcode for p in processes] == [0] * len(processes)
+    join_all(processes, within_s=WAIT * 2)
 
 
 # --- a. many processes append to one rollout ----------------------------------------------
