@@ -1,6 +1,6 @@
 """Spread a cold index build over every core with worker *processes* started by command.
 
-Workers are plain ``python`` subprocesses (``_index_worker``'s body), not ``multiprocessing``:
+Workers are plain ``python -c`` subprocesses (``_WORKER``), not ``multiprocessing``:
 that works the same from scripts without a ``__main__`` guard, notebooks and REPLs, and never
 forks a process that holds Polars' thread pool. The parent parses a share itself while the
 workers start. Each worker reads its tasks from a JSON file in its scratch directory, reports
@@ -22,6 +22,7 @@ from typing import Final
 import orjson
 import polars as pl
 
+import capture_core
 from ngcapture_viz._scan import FileState, FileTask, ScanResult, scan_files
 from ngcapture_viz.exceptions import CaptureIndexError
 
@@ -32,15 +33,16 @@ __all__ = ["scan_parallel"]
 STARTUP_BYTES: Final = 96 * 1024 * 1024
 _TABLES: Final = ("calls", "tool_calls", "damaged")
 _TASKS: Final = "tasks.json"
-# ``python -m ngcapture_viz._index_worker OUT`` without running the package's ``__init__``:
-# a worker parses, and the figures, reports and widgets the package re-exports import plotly
-# and ipywidgets (~0.25 s of a ~0.55 s start, paid while the parent waits for the worker).
+# A worker process: ``python -c _WORKER OUT PACKAGE_DIR ROOT...``. It runs ``worker_main``
+# without the package's ``__init__`` (a worker only parses; the figures, reports and widgets the
+# package re-exports import plotly and ipywidgets, ~0.25 s of a ~0.55 s start the parent waits
+# for), from the very copies of ``ngcapture_viz`` and ``capture_core`` the parent imported.
 _WORKER: Final = """
-import importlib.util, sys, types
-spec = importlib.util.find_spec("ngcapture_viz")
+import sys, types
 package = types.ModuleType("ngcapture_viz")
-package.__path__ = list(spec.submodule_search_locations)
+package.__path__ = [sys.argv[2]]
 sys.modules["ngcapture_viz"] = package
+sys.path[:0] = [root for root in sys.argv[3:] if root not in sys.path]
 from pathlib import Path
 from ngcapture_viz._pool import worker_main
 worker_main(Path(sys.argv[1]))
@@ -57,25 +59,29 @@ def scan_parallel(
     """Parse ``tasks`` with ``workers`` processes (the caller's included)."""
     shares = _split(tasks, sizes, workers)
     with tempfile.TemporaryDirectory(prefix="ngcapture-index-") as scratch:
-        procs = [_start(share, Path(scratch) / str(n)) for n, share in enumerate(shares[1:])]
-        readers = [
-            threading.Thread(target=_relay, args=(proc, on_progress), daemon=True) for proc in procs
-        ]
-        for reader in readers:
-            reader.start()
-        parts = [scan_files(shares[0])]
-        on_progress(parts[0].bytes_parsed)
-        for n, (proc, reader) in enumerate(zip(procs, readers, strict=True)):
-            reader.join()
-            with proc:  # closes the pipes
+        procs: list[subprocess.Popen[bytes]] = []
+        readers: list[threading.Thread] = []
+        try:
+            for n, share in enumerate(shares[1:]):
+                procs.append(_start(share, Path(scratch) / str(n)))
+                readers.append(
+                    threading.Thread(target=_relay, args=(procs[-1], on_progress), daemon=True)
+                )
+                readers[-1].start()
+            parts = [scan_files(shares[0])]
+            on_progress(parts[0].bytes_parsed)
+            for n, (proc, reader) in enumerate(zip(procs, readers, strict=True)):
+                reader.join()
                 stderr = proc.stderr.read() if proc.stderr is not None else b""
                 code = proc.wait()
-            if code != 0:
-                tail = stderr.decode(errors="replace").strip().splitlines()[-5:]
-                raise CaptureIndexError(
-                    f"index worker {n + 1} failed with exit code {code}: " + " | ".join(tail)
-                )
-            parts.append(_collect(Path(scratch) / str(n)))
+                if code != 0:
+                    tail = stderr.decode(errors="replace").strip().splitlines()[-5:]
+                    raise CaptureIndexError(
+                        f"index worker {n + 1} failed with exit code {code}: " + " | ".join(tail)
+                    )
+                parts.append(_collect(Path(scratch) / str(n)))
+        finally:
+            _reap(procs, readers)  # also when the parent's share or a worker failed
     return ScanResult(
         pl.concat([p.calls for p in parts], how="vertical"),
         pl.concat([p.tool_calls for p in parts], how="vertical"),
@@ -85,6 +91,18 @@ def scan_parallel(
         bytes_parsed=sum(p.bytes_parsed for p in parts),
         processes=1 + sum(1 for share in shares[1:] if share),
     )
+
+
+def _reap(procs: list[subprocess.Popen[bytes]], readers: list[threading.Thread]) -> None:
+    """Kill what still runs, let the progress readers see the end, wait, close the pipes."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+    for reader in readers:
+        reader.join()
+    for proc in procs:
+        with proc:  # waits and closes the pipes
+            pass
 
 
 def _split(tasks: list[FileTask], sizes: list[int], workers: int) -> list[list[FileTask]]:
@@ -108,8 +126,11 @@ def _start(share: list[FileTask], out: Path) -> subprocess.Popen[bytes]:
     # A file, not stdin: a task list larger than the pipe's buffer would block the parent
     # until the worker has finished importing, and the parent's own share would wait too.
     (out / _TASKS).write_bytes(orjson.dumps([asdict(task) for task in share]))
+    package = Path(__file__).parent
+    places = [package, *(Path(str(p)) for p in capture_core.__path__)]
+    roots = dict.fromkeys(str(place.parent) for place in places)
     return subprocess.Popen(
-        [sys.executable, "-c", _WORKER, str(out)],
+        [sys.executable, "-c", _WORKER, str(out), str(package), *roots],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -138,7 +159,7 @@ def _collect(out: Path) -> ScanResult:
 
 
 def worker_main(out: Path) -> None:
-    """The body of one worker process (``python -m ngcapture_viz._index_worker OUT``)."""
+    """The body of one worker process (``_WORKER``): parse the tasks in ``out``, leave the rows."""
     tasks = [FileTask(**task) for task in orjson.loads((out / _TASKS).read_bytes())]
     # Report progress in slices so the parent's bar moves.
     step = max(1, len(tasks) // 20)

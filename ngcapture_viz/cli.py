@@ -8,6 +8,7 @@ Polars or Plotly. A run argument is a run folder (holding ``model-calls/`` and, 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -100,9 +101,12 @@ def _gates(values: Sequence[str], *, relative: bool = True) -> list[tuple[str, f
                 f"{', '.join(METRIC_NAMES)}"
             )
         try:
-            gates.append((metric, float(limit), relative))
+            number = float(limit)
         except ValueError:
-            raise VizError(f"{flag} {value!r}: MAX_INCREASE must be a number ({meaning})") from None
+            number = math.nan
+        if not math.isfinite(number):
+            raise VizError(f"{flag} {value!r}: MAX_INCREASE must be a finite number ({meaning})")
+        gates.append((metric, number, relative))
     return gates
 
 

@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -105,6 +106,7 @@ class CheckpointDiff:
         tasks_a, tasks_b: tasks (clusters) resampled for each run.
         n_boot, confidence, seed: how the intervals were computed.
         shared: units both runs have (paired or not).
+        auto_paired: pairing was decided by the overlap (``paired=None``), not forced.
     """
 
     frame: pl.DataFrame
@@ -123,6 +125,7 @@ class CheckpointDiff:
     confidence: float
     seed: int
     shared: int = 0
+    auto_paired: bool = True
 
     def __str__(self) -> str:
         return self.format()
@@ -135,7 +138,12 @@ class CheckpointDiff:
         else:
             how = f"unpaired ({self.tasks_a} vs {self.tasks_b} tasks resampled independently"
             units = "tasks" if self.by == "task" else "rollouts"
-            how += f"; shared {units}: {self.shared}, too few to pair)" if self.shared else ")"
+            if not self.auto_paired:
+                how += f"; shared {units}: {self.shared}, unpaired by choice)"
+            elif self.shared:
+                how += f"; shared {units}: {self.shared}, too few to pair)"
+            else:
+                how += ")"
         level = f"{self.confidence:.0%}"
         return (
             f"{self.label_b} vs {self.label_a}: {how}; {level} intervals from "
@@ -214,6 +222,7 @@ def diff(
     key = pair_key(base_a, base_b)
     base_a, base_b = (with_units(f, key, by) for f in (base_a, base_b))
     shared = set(base_a["unit"]) & set(base_b["unit"])
+    chosen_by_overlap = paired is None
     if paired is None:
         most = max(base_a["unit"].n_unique(), base_b["unit"].n_unique())
         paired = len(shared) >= 2 and len(shared) >= PAIR_MIN_SHARE * most
@@ -250,6 +259,7 @@ def diff(
         confidence=confidence,
         seed=seed,
         shared=len(shared),
+        auto_paired=chosen_by_overlap,
     )
 
 
@@ -273,11 +283,14 @@ def assert_no_regression(
     Raises:
         RegressionError: (an ``AssertionError``) naming the metric, the observed difference,
             its interval and the limit.
+        ValueError: an unknown metric, or a limit that is not a finite number.
 
     Example:
         >>> assert_no_regression(d, "latency_p95_ms", 0.10)  # doctest: +SKIP
         >>> assert_no_regression(d, "error_rate", 0.02, relative=False)  # doctest: +SKIP
     """
+    if not math.isfinite(max_increase):
+        raise ValueError(f"max_increase must be a finite number, not {max_increase!r}")
     row = diff.row(metric)
     point, low, high = (
         (row["rel_diff"], row["rel_ci_low"], row["rel_ci_high"])

@@ -249,7 +249,9 @@ class CaptureIndex:
             previous = {
                 row["name"]: row for row in changed.iter_rows(named=True) if row["name"] not in keep
             }
-            stats.removed = old.files.height - joined.height
+            # Gone from the directory (a file that could not be stat'ed is still there).
+            present = pl.Series(list(listing.data.values()), dtype=pl.String)
+            stats.removed = old.files.height - int(old.files["name"].is_in(present.implode()).sum())
         tasks: list[FileTask] = []
         for rollout_id, name in listing.data.items():
             if name in keep:

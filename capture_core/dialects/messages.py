@@ -137,7 +137,8 @@ class _Message:
         elif kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
             self.partial_json.setdefault(index, []).append(delta["partial_json"])
         elif kind == "citations_delta" and "citation" in delta:
-            block["citations"] = [*block.get("citations", []), delta["citation"]]
+            prior = block.get("citations")  # a start block may carry null (or junk) there
+            block["citations"] = [*(prior if isinstance(prior, list) else []), delta["citation"]]
 
     def build(self) -> dict[str, Any] | None:
         if self.shell is None and not self.blocks and self.error is None:

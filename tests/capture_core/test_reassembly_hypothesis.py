@@ -203,3 +203,62 @@ def test_a_stream_delta_typed_with_an_object_is_skipped() -> None:
     rebuilt = reassemble_stream("messages", body)
     assert rebuilt.response is not None
     assert rebuilt.response["content"][0]["text"] == "ok"
+
+
+# Stream events of the three dialects, with their real type names and hostile contents, so
+# reassembly reaches every branch (start blocks with null fields, deltas of every kind...).
+EVENT_TYPES = st.sampled_from(
+    "message_start content_block_start content_block_delta content_block_stop message_delta "
+    "message_stop error ping text_delta thinking_delta signature_delta input_json_delta "
+    "citations_delta response.created response.in_progress response.output_item.added "
+    "response.output_item.done response.output_text.delta response.output_text.done "
+    "response.function_call_arguments.delta response.function_call_arguments.done "
+    "response.reasoning_text.delta response.refusal.delta response.completed "
+    "response.incomplete response.failed".split()
+)
+EVENT_KEYS = st.sampled_from(
+    "index message content_block delta usage citations citation text thinking signature "
+    "partial_json response item output_index item_id arguments choices finish_reason "
+    "tool_calls function id name error".split()
+)
+EVENT_FIELD = st.recursive(
+    JSON_SCALARS | st.dictionaries(EVENT_KEYS | DIALECT_KEYS, JSON_SCALARS, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(EVENT_KEYS | DIALECT_KEYS | st.just("type"), inner, max_size=4)
+        | st.builds(
+            lambda kind, rest: {**rest, "type": kind},
+            EVENT_TYPES,
+            st.dictionaries(EVENT_KEYS, inner, max_size=3),
+        )
+    ),
+    max_leaves=20,
+)
+SHAPED_EVENT = st.builds(
+    lambda kind, rest: {**rest, "type": kind},
+    EVENT_TYPES,
+    st.dictionaries(EVENT_KEYS, EVENT_FIELD | st.integers(0, 2), max_size=4),
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(events=st.lists(SHAPED_EVENT, max_size=8))
+def test_dialect_shaped_hostile_streams_never_raise(events: list[dict[str, Any]]) -> None:
+    body = b"".join(b"data: " + orjson.dumps(event) + b"\n\n" for event in events)
+    for dialect in ("responses", "chat", "messages"):
+        rebuilt = reassemble_stream(dialect, body)
+        extract_response(dialect, rebuilt.response)
+
+
+def test_a_citation_after_a_null_citations_field_is_kept() -> None:
+    events = [
+        {"type": "message_start", "message": {"id": "m", "content": []}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "citations": None}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "citations_delta", "citation": {"n": 1}}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_stop"},
+    ]  # fmt: skip
+    body = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events)
+    rebuilt = reassemble_stream("messages", body)
+    assert rebuilt.response is not None
+    assert rebuilt.response["content"][0]["citations"] == [{"n": 1}]

@@ -210,8 +210,8 @@ def test_resolve_run_takes_a_folder_with_only_a_rollout_file(tmp_path: Path) -> 
 
 @pytest.mark.parametrize(
     ("gate", "says"),
-    [("latency_p95_ms", "METRIC=MAX_INCREASE"), ("latency_p95_ms=10%", "must be a number"),
-     ("latency_p96_ms=0.1", "METRIC=MAX_INCREASE")],
+    [("latency_p95_ms", "METRIC=MAX_INCREASE"), ("latency_p95_ms=10%", "must be a finite number"),
+     ("latency_p95_ms=nan", "must be a finite number"), ("latency_p96_ms=0.1", "METRIC=MAX_INCREASE")],
 )  # fmt: skip
 def test_a_bad_gate_is_refused_before_any_work(run_folder: Path, gate: str, says: str) -> None:
     done = ngcapture("diff", run_folder, run_folder / "missing", "--gate", gate, check=False)

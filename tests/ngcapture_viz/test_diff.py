@@ -238,6 +238,8 @@ def test_a_small_overlap_is_compared_unpaired_not_on_the_overlap_alone() -> None
     assert row["value_a"] == pytest.approx(a.calls["latency_total_ms"].mean())
     assert row["ci_low"] is not None and row["ci_low"] < row["diff"] < row["ci_high"]
     assert "shared tasks: 1, too few to pair" in d.summary
+    chosen = diff(a, b, metrics=["latency_mean_ms"], n_boot=50, paired=False)
+    assert "shared tasks: 1, unpaired by choice" in chosen.summary
     forced = diff(a, b, metrics=["latency_mean_ms"], n_boot=200, paired=True)
     assert forced.paired and forced.tasks_a == 1 and forced.excluded_a == 38
     # Half of the larger run shared: paired on the shared half, the rest listed.
@@ -292,6 +294,14 @@ def test_regression_gate_fails_only_when_confident() -> None:
     assert "unknown (" in str(caught.value) and "relative=False" not in str(caught.value)
     with pytest.raises(ValueError, match="latency_p95_ms"):
         assert_no_regression(d, "latency", 0.1)
+
+
+def test_a_limit_that_is_not_a_finite_number_is_refused() -> None:
+    effects = population(random.Random(8), 6)
+    d = diff(make_run("a", effects, seed=1), make_run("b", effects, seed=2), n_boot=50)
+    for limit in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="finite number"):
+            assert_no_regression(d, "latency_mean_ms", limit)
 
 
 def test_rates_from_zero_are_gated_in_absolute_terms() -> None:

@@ -388,6 +388,25 @@ def test_the_process_pool_closes_the_pipes_it_opens(
     ]
 
 
+def test_a_failing_parent_share_leaves_no_worker_running(
+    capture_dir: Path, pool_workers: list[subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for number, line in enumerate(CaptureLineFactory(seed=5).lines(8)):
+        write_capture(capture_dir, f"{number}-0", [line])
+
+    def interrupted(tasks: list[Any]) -> Any:
+        raise KeyboardInterrupt  # Ctrl-C in a notebook while the parent parses its share
+
+    monkeypatch.setattr(pool_module, "scan_files", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ngv.open_run(capture_dir, index=False, workers=2)
+    assert len(pool_workers) == 1
+    (worker,) = pool_workers
+    assert worker.returncode is not None  # killed (or finished) and reaped
+    assert worker.stdout is not None and worker.stdout.closed
+    assert worker.stderr is not None and worker.stderr.closed
+
+
 # -- schemas -----------------------------------------------------------------------------------
 
 
