@@ -29,22 +29,34 @@ class DirListing:
     @classmethod
     def read(cls, root: Path) -> DirListing:
         try:
-            with os.scandir(root) as scan:
-                by_name = {entry.name: entry for entry in scan}
+            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
         except FileNotFoundError:
             raise SourceError(f"capture directory {str(root)!r} does not exist") from None
         except NotADirectoryError:
             raise SourceError(f"capture directory {str(root)!r} is not a directory") from None
         except OSError as exc:
             raise SourceError(f"capture directory {str(root)!r}: {exc.strerror}") from None
+        try:
+            listing = cls._sorted(fd, sorted(os.listdir(fd)))
+        except OSError as exc:
+            raise SourceError(f"capture directory {str(root)!r}: {exc.strerror}") from None
+        finally:
+            os.close(fd)
+        listing.pending = all_pending_writes(root)
+        return listing
+
+    @classmethod
+    def _sorted(cls, fd: int, names: list[str]) -> DirListing:
+        """Sort ``names`` into what they are; data files are ``lstat``-ed relative to ``fd``
+        (about twice as fast as by path or through ``DirEntry`` on a large directory)."""
         listing = cls()
-        for name in sorted(by_name):
+        for name in names:
             if name.startswith("."):
                 continue  # tool-owned: .pending, .cleared, the index...
             stem = name.removesuffix(DATA_SUFFIX)
             if stem != name and is_valid_rollout_id(stem):
                 try:
-                    stat = by_name[name].stat(follow_symlinks=False)
+                    stat = os.stat(name, dir_fd=fd, follow_symlinks=False)
                 except OSError:
                     stat = None
                 if stat is None or S_ISREG(stat.st_mode):
@@ -57,7 +69,6 @@ class DirListing:
                 listing.markers.add(stem)
                 continue
             listing.foreign.append(name)
-        listing.pending = all_pending_writes(root)
         return listing
 
 
