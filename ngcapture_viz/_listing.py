@@ -37,7 +37,7 @@ class DirListing:
         except OSError as exc:
             raise SourceError(f"capture directory {str(root)!r}: {exc.strerror}") from None
         try:
-            listing = cls._sorted(fd, sorted(os.listdir(fd)))
+            listing = cls._classify(fd, sorted(os.listdir(fd)))
         except OSError as exc:
             raise SourceError(f"capture directory {str(root)!r}: {exc.strerror}") from None
         finally:
@@ -46,7 +46,7 @@ class DirListing:
         return listing
 
     @classmethod
-    def _sorted(cls, fd: int, names: list[str]) -> DirListing:
+    def _classify(cls, fd: int, names: list[str]) -> DirListing:
         """Sort ``names`` into what they are; data files are ``lstat``-ed relative to ``fd``
         (about twice as fast as by path or through ``DirEntry`` on a large directory)."""
         listing = cls()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 import plotly
 import plotly.colors
@@ -23,12 +23,17 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
+from ngcapture_viz.dashboard_bars import (
+    COVERAGE_HOVER,
+    HORIZONTAL_FROM,
+    group_labels,
+    latency_figure,
+    throughput_figure,
+)
 from ngcapture_viz.run import CaptureRun, stack_runs
 from ngcapture_viz.stats import (
     ANY_ERROR,
     DEFAULT_BY,
-    LATENCY_METRICS,
-    PERCENTILES,
     TOKEN_METRICS,
     calls_over_time,
     error_rates,
@@ -40,6 +45,7 @@ from ngcapture_viz.stats import (
 )
 
 __all__ = [
+    "HORIZONTAL_FROM",
     "Dashboard",
     "calls_over_time_figure",
     "dashboard",
@@ -47,12 +53,12 @@ __all__ = [
     "group_labels",
     "latency_figure",
     "reward_figure",
+    "run_colors",
     "throughput_figure",
     "token_figure",
 ]
 
 REWARD_METRICS: Final = ("tokens_total", "latency_total_ms", "num_calls")
-_COVERAGE_HOVER: Final = "reported by %{customdata[0]:,} / %{customdata[1]:,} calls"
 
 
 @dataclass(frozen=True)
@@ -102,14 +108,6 @@ def dashboard(
         "reward": reward_figure(run.rollouts, runs, max_points=max_points),
     }
     return Dashboard(figures=figures, tables=tables)
-
-
-def group_labels(table: pl.DataFrame, by: Sequence[str]) -> list[str]:
-    """One ``"a · b · c"`` label per row from the group columns (null shown as ``(none)``)."""
-    if not by:
-        return ["all calls"] * table.height
-    parts = [pl.col(c).cast(pl.String).fill_null("(none)") for c in by]
-    return table.select(pl.concat_str(parts, separator=" · ")).to_series().to_list()
 
 
 def token_figure(histogram: pl.DataFrame, coverage: pl.DataFrame, runs: Sequence[str]) -> go.Figure:
@@ -166,107 +164,10 @@ def token_figure(histogram: pl.DataFrame, coverage: pl.DataFrame, runs: Sequence
     return fig
 
 
-_PERCENTILE_COLORS: Final = {"p50": "#636efa", "p90": "#ef553b", "p95": "#00cc96", "p99": "#ab63fa"}
-
-
 def run_colors(runs: Sequence[str]) -> dict[str, str]:
     """One colour per run, the same in every panel and figure of a dashboard."""
     palette = plotly.colors.qualitative.Plotly
     return {run: palette[n % len(palette)] for n, run in enumerate(runs)}
-
-
-def latency_figure(table: pl.DataFrame, by: Sequence[str]) -> go.Figure:
-    """p50/p90/p95/p99 of total latency and TTFT per group (``stats.latency_percentiles``).
-
-    Up to ``HORIZONTAL_FROM - 1`` groups the bars stand side by side; with more (many models,
-    dialects or runs) they lie down, one labelled row per group, and the figure grows with them.
-    """
-    groups = table.filter(pl.col("metric") == LATENCY_METRICS[0]).height
-    horizontal = groups >= HORIZONTAL_FROM
-    fig = make_subplots(
-        rows=2,
-        cols=1,
-        subplot_titles=LATENCY_METRICS,
-        vertical_spacing=0.25 if not horizontal else 0.08,
-    )
-    for row, metric in enumerate(LATENCY_METRICS, start=1):
-        rows = table.filter(pl.col("metric") == metric)
-        labels = _labels_with_coverage(rows, by)
-        for name in PERCENTILES:
-            fig.add_trace(
-                _bar(
-                    labels,
-                    rows[name].to_list(),
-                    horizontal=horizontal,
-                    name=name,
-                    legendgroup=name,
-                    showlegend=row == 1,
-                    marker_color=_PERCENTILE_COLORS[name],  # same colour in both panels
-                    customdata=_coverage_data(rows),
-                    hovertemplate=_hover(name, "ms", horizontal=horizontal),
-                ),
-                row=row,
-                col=1,
-            )
-    fig.update_layout(
-        title="Latency percentiles (ms) by " + ", ".join(by) + "; coverage under each group",
-        barmode="group",
-    )
-    _value_axis(fig, "ms", horizontal=horizontal)
-    if horizontal:
-        fig.update_layout(height=_lying_height(groups, len(PERCENTILES), panels=2))
-    return fig
-
-
-def throughput_figure(table: pl.DataFrame, by: Sequence[str]) -> go.Figure:
-    """p50 and p95 of output tokens per second per group (``stats.throughput_summary``);
-    lying bars from ``HORIZONTAL_FROM`` groups on, like ``latency_figure``."""
-    labels = _labels_with_coverage(table, by)
-    horizontal = table.height >= HORIZONTAL_FROM
-    fig = go.Figure()
-    for name in ("p50", "p95"):
-        fig.add_trace(
-            _bar(
-                labels,
-                table[name].to_list(),
-                horizontal=horizontal,
-                name=name,
-                customdata=_coverage_data(table),
-                hovertemplate=_hover(name, "tokens/s", horizontal=horizontal),
-            )
-        )
-    fig.update_layout(title="Output tokens per second; coverage under each group", barmode="group")
-    _value_axis(fig, "tokens / s", horizontal=horizontal)
-    if horizontal:
-        fig.update_layout(height=_lying_height(table.height, 2, panels=1))
-    return fig
-
-
-#: From this many groups on, the percentile bars lie down (one readable row per group).
-HORIZONTAL_FROM: Final = 7
-
-
-def _bar(labels: list[str], values: list[Any], *, horizontal: bool, **style: Any) -> go.Bar:
-    if horizontal:
-        return go.Bar(x=values, y=labels, orientation="h", **style)
-    return go.Bar(x=labels, y=values, orientation="v", **style)  # explicit: widgets switch
-
-
-def _hover(name: str, unit: str, *, horizontal: bool) -> str:
-    label, value = ("%{y}", "%{x:,.1f}") if horizontal else ("%{x}", "%{y:,.1f}")
-    return f"{label}<br>{name} {value} {unit}<br>{_COVERAGE_HOVER}<extra></extra>"
-
-
-def _value_axis(fig: go.Figure, title: str, *, horizontal: bool) -> None:
-    if horizontal:
-        fig.update_xaxes(title_text=title)
-        fig.update_yaxes(autorange="reversed")  # the first group on top, like a table
-    else:
-        fig.update_yaxes(title_text=title)
-
-
-def _lying_height(groups: int, bars: int, *, panels: int) -> int:
-    return 160 + panels * groups * (bars * 9 + 16)
 
 
 def calls_over_time_figure(table: pl.DataFrame, runs: Sequence[str]) -> go.Figure:
@@ -304,7 +205,7 @@ def calls_over_time_figure(table: pl.DataFrame, runs: Sequence[str]) -> go.Figur
                 line_color=colors[run],
                 customdata=rows.select("tokens_reported", "calls").rows(),
                 hovertemplate="%{x}<br>%{y:,} tokens<br>"
-                + _COVERAGE_HOVER
+                + COVERAGE_HOVER
                 + f"<extra>{run}</extra>",
             ),
             row=2,
@@ -358,6 +259,7 @@ def reward_figure(
         titles.append(f"{metric} ({known.height:,} / {rollouts.height:,} rollouts known)")
     fig = make_subplots(rows=1, cols=len(REWARD_METRICS), subplot_titles=titles, shared_yaxes=True)
     was_sampled = False
+    colors = run_colors(runs)
     for col, metric in enumerate(REWARD_METRICS, start=1):
         for run in runs:
             known = rollouts.filter(
@@ -373,7 +275,7 @@ def reward_figure(
                     y=shown["reward"].to_list(),
                     text=shown["rollout_id"].to_list(),
                     mode="markers",
-                    marker={"size": 5, "opacity": 0.5, "color": run_colors(runs)[run]},
+                    marker={"size": 5, "opacity": 0.5, "color": colors[run]},
                     name=run,
                     legendgroup=run,
                     showlegend=col == 1,
@@ -390,7 +292,7 @@ def reward_figure(
                     y=means["reward"].to_list(),
                     customdata=means["rollouts"].to_list(),
                     mode="lines+markers",
-                    line_color=run_colors(runs)[run],
+                    line_color=colors[run],
                     name=f"{run} mean reward",
                     legendgroup=run,
                     showlegend=col == 1,
@@ -418,16 +320,3 @@ def _reward_by_bin(known: pl.DataFrame, metric: str, *, bins: int = 10) -> pl.Da
         )
         .sort("bin")
     )
-
-
-def _labels_with_coverage(table: pl.DataFrame, by: Sequence[str]) -> list[str]:
-    return [
-        f"{label}<br>{n:,}/{total:,} reported"
-        for label, n, total in zip(
-            group_labels(table, by), table["n_reported"], table["n_calls"], strict=True
-        )
-    ]
-
-
-def _coverage_data(table: pl.DataFrame) -> list[tuple[int, int]]:
-    return table.select("n_reported", "n_calls").rows()

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import polars as pl
 
-from capture_core import split_attempt
 from ngcapture_viz.frames._columns import UTC_TIME, Column, FrameSchema
 from ngcapture_viz.frames.gaps import AnalysisGap
 
@@ -19,7 +17,6 @@ __all__ = [
     "call_totals",
     "finish_rollouts",
     "rollout_part_columns",
-    "rollout_parts",
     "task_field_columns",
 ]
 
@@ -70,32 +67,16 @@ ROLLOUTS: Final = FrameSchema(
     ],
 )
 
-_PAIR: Final = re.compile(r"^(\d+)-(\d+)$")
-
-
-def rollout_parts(rollout_id: str) -> tuple[int | None, int | None, int]:
-    """Task index, rollout index and attempt read from an id (indices null when not numeric).
-
-    Example:
-        >>> rollout_parts("3-2-a1"), rollout_parts("custom-id")
-        ((3, 2, 1), (None, None, 0))
-    """
-    parts = split_attempt(rollout_id)
-    match = _PAIR.match(parts.base)
-    if match is None:
-        return None, None, parts.attempt
-    return int(match[1]), int(match[2]), parts.attempt
-
-
-# ``split_attempt``'s suffix and ``_PAIR`` for Polars' regex engine (ids are ASCII).
+# ``capture_core.split_attempt``'s suffix (``-a<n>``, n ≥ 1) and a ``<task>-<rollout>`` base,
+# for Polars' regex engine (ids are ASCII).
 _ATTEMPT_TAIL: Final = r"-a([1-9][0-9]*)$"
 _PAIR_COLUMNS: Final = r"^([0-9]+)-([0-9]+)$"
 
 
 def rollout_part_columns(rollout_id: pl.Expr) -> list[pl.Expr]:
-    """``rollout_parts`` for a whole column: ``task_index``, ``rollout_index`` and ``attempt``.
-
-    An index too large for Int64 is null (unknown) rather than an error.
+    """Task index, rollout index and attempt of a rollout-id column (``capture_core``'s
+    ``split_attempt``, then ``<task>-<rollout>``); the indices are null when the base is not
+    two numbers, or too large for Int64.
 
     Example:
         >>> pl.DataFrame({"id": ["3-2-a1", "custom-id"]}).select(

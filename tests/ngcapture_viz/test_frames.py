@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import subprocess
 import tempfile
@@ -36,10 +37,11 @@ from capture_core import (
     aggregate_model_call_records,
     is_valid_rollout_id,
     read_model_call_records,
+    split_attempt,
 )
 from capture_core.testing import CaptureLineFactory, RunSpec, write_run
 from ngcapture_viz.frames import CALLS, GAPS, LENGTH_FINISH_REASONS, ROLLOUTS, TOOL_CALLS, UTC_TIME
-from ngcapture_viz.frames.rollouts import rollout_part_columns, rollout_parts
+from ngcapture_viz.frames.rollouts import rollout_part_columns
 from tests.ngcapture_viz.conftest import write_capture
 
 ROLLOUTS_N = 10_000
@@ -474,7 +476,16 @@ def test_to_parquet_round_trips_every_frame(capture_dir: Path, tmp_path: Path) -
         assert_frame_equal(back, getattr(run, name), categorical_as_str=True)
 
 
-def test_rollout_part_columns_agree_with_rollout_parts() -> None:
+def _parts(rollout_id: str) -> tuple[int | None, int | None, int | None]:
+    """The scalar reading: ``split_attempt``, then ``<task>-<rollout>`` (Int64 or unknown)."""
+    parts = split_attempt(rollout_id)
+    match = re.fullmatch(r"(\d+)-(\d+)", parts.base)
+    indices = (None, None) if match is None else (int(match[1]), int(match[2]))
+    task, rollout = (i if i is not None and i < 2**63 else None for i in indices)
+    return task, rollout, parts.attempt if parts.attempt < 2**63 else None
+
+
+def test_rollout_part_columns_agree_with_split_attempt() -> None:
     rng = random.Random(7)
     alphabet = "0123456789-a.b_"
     ids = ["3-2", "3-2-a1", "3-2-a0", "3-2-a01", "s7-3-2-a12", "custom-id", "0-0-a9-a3"]
@@ -488,12 +499,8 @@ def test_rollout_part_columns_agree_with_rollout_parts() -> None:
     ids = [i for i in ids if is_valid_rollout_id(i)]
     assert len(ids) > 400
     got = pl.DataFrame({"id": ids}).select(rollout_part_columns(pl.col("id"))).rows()
-    int64 = range(-(2**63), 2**63)
-    expected = [
-        tuple(None if v is not None and v not in int64 else v for v in rollout_parts(i))
-        for i in ids
-    ]
-    assert got == expected
+    assert got == [_parts(i) for i in ids]
+    assert got[:3] == [(3, 2, 0), (3, 2, 1), (None, None, 0)]  # "3-2-a0" has no attempt
 
 
 def test_token_limit_cuts_are_truncations_whatever_the_error_category(tmp_path: Path) -> None:
