@@ -11,12 +11,9 @@ record per rollout with its ``ng_model_call_capture`` attachment. The analysis c
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
-import signal
-import socket
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,65 +22,12 @@ __all__ = ["ANALYSIS_COMMANDS", "main"]
 logger = logging.getLogger("ngcapture")
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # proto=IPPROTO_TCP matters: asyncio turns on TCP_NODELAY for accepted connections only
-    # when the socket says it is TCP; without it every response waits ~40 ms for an ACK.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    # Listen now: connections made as soon as the port is announced wait in the backlog
-    # instead of being refused while uvicorn starts.
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
-
-
 def _run(
     app: Any, *, name: str, host: str, port: int, port_file: Path | None, proxy: bool = False
 ) -> int:
-    import uvicorn
+    from capture_core.server.listener import bind_socket, run_server
 
-    server_class = _server_class()
-    sock = _bind(host, port)
-    bound = sock.getsockname()[1]
-    url = f"http://{host}:{bound}"
-    if port_file is not None:
-        port_file.write_text(f"{bound}\n")
-    print(f"ngcapture {name} listening on {url}", flush=True)
-    # A proxy forwards the worker's own Date and Server headers instead of adding its own.
-    config = uvicorn.Config(
-        app,
-        log_level="warning",
-        lifespan="on",
-        timeout_graceful_shutdown=10,
-        server_header=not proxy,
-        date_header=not proxy,
-    )
-    server = server_class(config)
-    server.run(sockets=[sock])
-    print(f"ngcapture {name} stopped", flush=True)
-    return 0
-
-
-def _server_class() -> type[Any]:
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        """uvicorn's server, but a SIGINT/SIGTERM ends in a graceful shutdown and exit code 0
-        (uvicorn itself re-raises the signal after shutting down)."""
-
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            handled = (signal.SIGINT, signal.SIGTERM)
-            original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
-            try:
-                yield
-            finally:
-                for sig, handler in original.items():
-                    signal.signal(sig, handler)
-
-    return Server
+    return run_server(app, bind_socket(host, port), name=name, port_file=port_file, proxy=proxy)
 
 
 class _QuietSimulatedDrops(logging.Filter):

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import logging
 
+import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from capture_core import __version__
 from capture_core.lineage import LineageStore
 from capture_core.server._asgi import send_whole
 from capture_core.server.control import CONTROL_PREFIX, control_app, load_control_token
@@ -20,6 +22,7 @@ from capture_core.server.proxy import UpstreamProxy
 from capture_core.server.settings import CaptureSettings
 from capture_core.server.training import TrainingGate
 from capture_core.store import CaptureStore
+from capture_core.store_id import ensure_store_id
 
 __all__ = ["CaptureApp", "create_app"]
 
@@ -43,7 +46,9 @@ class CaptureApp:
     def __init__(self, settings: CaptureSettings) -> None:
         self.settings = settings
         directory = settings.capture_dir
-        self.store = CaptureStore(directory) if directory is not None else None
+        self.store = CaptureStore(directory, create=True) if directory is not None else None
+        # The directory's id lets a collector check that it reads where this server writes.
+        self.store_id = ensure_store_id(directory) if directory is not None else None
         self.counters = CaptureCounters()
         # Training capture keeps ledgers; their control plane refuses to run without a token.
         self.lineage = LineageStore(settings.lineage_dir) if settings.lineage_dir else None
@@ -72,7 +77,7 @@ class CaptureApp:
         if path == METRICS_PATH:
             await _plain(send, self.counters.prometheus(), b"text/plain; version=0.0.4")
         elif path == HEALTH_PATH:
-            await _plain(send, "ok\n", b"text/plain")
+            await send_whole(send, 200, [(b"content-type", b"application/json")], self._health())
         elif isinstance(path, str) and path.startswith(CONTROL_PREFIX + "/"):
             if self.control is None:  # never forwarded upstream
                 await _plain(send, "training capture is not enabled\n", b"text/plain", 404)
@@ -82,6 +87,18 @@ class CaptureApp:
             await self.training(scope, receive, send)
         else:
             await self.proxy(scope, receive, send)
+
+    def _health(self) -> bytes:
+        """``GET /ngcapture/health``: alive, and where captures go (for collectors to check)."""
+        return orjson.dumps({
+            "status": "ok",
+            "version": __version__,
+            "capture": {
+                "enabled": self.store is not None,
+                "dir": str(self.store.root) if self.store is not None else None,
+                "store_id": self.store_id,
+            },
+        })  # fmt: skip
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

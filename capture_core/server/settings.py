@@ -11,13 +11,47 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["CaptureSettings", "benchmark_capture_settings"]
+__all__ = ["CaptureSettings", "benchmark_capture_settings", "validate_upstream_url"]
 
 DEFAULT_CAPTURE_SUBDIR: Final = "model-calls"
+
+
+def validate_upstream_url(url: str) -> str:
+    """Check that ``url`` is an ``http(s)`` origin (optionally with a base path); return it.
+
+    Every forwarded request goes to this origin: scheme, host and port come from here, never
+    from the request. Credentials, a query or a fragment in the URL are refused.
+
+    Raises:
+        ValueError: the URL is not ``http(s)://host[:port][/base-path]``; the message says why.
+
+    Example:
+        >>> validate_upstream_url("http://127.0.0.1:8001")
+        'http://127.0.0.1:8001'
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"upstream URL {url!r} must start with http:// or https://")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"upstream URL {url!r} has an invalid port") from None
+    if not parts.hostname:
+        raise ValueError(f"upstream URL {url!r} has no host")
+    if port == 0:
+        raise ValueError(f"upstream URL {url!r} has port 0")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(f"upstream URL {url!r} must not carry credentials")
+    if parts.query or parts.fragment or url.rstrip().endswith(("?", "#")):
+        raise ValueError(f"upstream URL {url!r} must not have a query or fragment")
+    if any(c.isspace() for c in url) or any(ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        raise ValueError(f"upstream URL {url!r} contains whitespace or control characters")
+    return url
 
 
 class CaptureSettings(BaseSettings):
@@ -45,7 +79,32 @@ class CaptureSettings(BaseSettings):
     connect_timeout_s: float = Field(default=10.0, gt=0)
     read_timeout_s: float = Field(default=600.0, gt=0)
     write_timeout_s: float = Field(default=60.0, gt=0)
-    max_connections: int = Field(default=512, ge=1)
+    max_connections: int = Field(
+        default=512, ge=1, description="connections kept open to the upstream worker"
+    )
+    max_request_body_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1,
+        description="largest request body accepted; a larger one is answered 413",
+    )
+    header_timeout_s: float = Field(
+        default=60.0, gt=0, description="time a client has to send a request's headers"
+    )
+    idle_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="longest silence of a client sending a body, and of an idle keep-alive "
+        "connection, before it is closed",
+    )
+    max_client_connections: int = Field(
+        default=1024, ge=1, description="client connections served at once; more get a 503"
+    )
+    access_log: bool = Field(default=False, description="log one line per request")
+    summary_interval_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="log a summary of calls, failures and bytes this often (0: never)",
+    )
     lineage_dir: Path | None = Field(
         default=None, description="training capture: the directory of the rollout ledgers"
     )
@@ -54,6 +113,13 @@ class CaptureSettings(BaseSettings):
         min_length=1,
         description="NAME of the variable holding the control-plane bearer token (not the token)",
     )
+
+    @field_validator(
+        "upstream_url", "upstream_responses_url", "upstream_chat_url", "upstream_messages_url"
+    )
+    @classmethod
+    def _upstream_origin(cls, value: str | None) -> str | None:
+        return None if value is None else validate_upstream_url(value)
 
     @model_validator(mode="after")
     def _capture_dir_when_enabled(self) -> CaptureSettings:

@@ -8,6 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from capture_core.store_id import read_store_id
 from capture_core.testing.processes import start_service
 
 
@@ -24,7 +25,10 @@ def test_worker_and_server_stop_cleanly(tmp_path: Path, sig: signal.Signals) -> 
         models = httpx.get(server.url + "/ng-rollout/r-1/v1/models", timeout=10)
         assert models.status_code == 200
         assert models.json()["object"] == "list"
-        assert httpx.get(server.url + "/ngcapture/health", timeout=10).text == "ok\n"
+        health = httpx.get(server.url + "/ngcapture/health", timeout=10).json()
+        assert health["status"] == "ok"
+        assert health["capture"]["dir"] == str((tmp_path / "calls").resolve())
+        assert health["capture"]["store_id"] == read_store_id(tmp_path / "calls")
     finally:
         codes = []
         for service in (server, worker):

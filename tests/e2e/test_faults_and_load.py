@@ -14,6 +14,7 @@ import pytest
 
 from capture_core import CaptureStore
 from capture_core.pending import pending_writes
+from capture_core.store_id import STORE_ID_FILE
 from capture_core.testing import request_body
 from capture_core.testing.processes import run_capture_server
 from tests.e2e.conftest import Stack
@@ -172,9 +173,10 @@ def test_hostile_paths_are_served_uncaptured_and_counted(stack: Stack, tmp_path:
     assert f"ngcapture_invalid_rollout_ids_total {len(HOSTILE)}" in metrics
     assert "ngcapture_calls_captured_total 0" in metrics
     created = set(tmp_path.rglob("*")) - before
-    # only the capture directory (and its parents) exist now; nothing was written anywhere
-    assert all(p == capture_dir or p in capture_dir.parents for p in created), created
-    assert [p for p in capture_dir.rglob("*") if p.is_file()] == []
+    # only the capture directory (its parents, its id) exist now; nothing was written anywhere
+    store_id = capture_dir / STORE_ID_FILE
+    assert all(p in (capture_dir, store_id) or p in capture_dir.parents for p in created), created
+    assert [p for p in capture_dir.rglob("*") if p.is_file()] == [store_id]
 
 
 @pytest.mark.parametrize("stream", [False, True])

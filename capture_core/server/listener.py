@@ -1,0 +1,94 @@
+"""Run an ASGI app under uvicorn on a pre-bound socket: the one place servers are started.
+
+``ngcapture worker`` and ``ngcapture serve`` both go through :func:`run_server`. The socket is
+bound and listening before uvicorn starts, so connections made as soon as the port is announced
+wait in the backlog instead of being refused; SIGINT/SIGTERM end in a graceful shutdown and
+exit code 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+__all__ = ["bind_socket", "run_server"]
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (``port=0``: any free port).
+
+    Raises:
+        OSError: the address cannot be bound (``errno.EADDRINUSE`` when the port is taken).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto=IPPROTO_TCP matters: asyncio turns on TCP_NODELAY for accepted connections only
+    # when the socket says it is TCP; without it every response waits ~40 ms for an ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def run_server(
+    app: Any,
+    sock: socket.socket,
+    *,
+    name: str,
+    port_file: Path | None = None,
+    proxy: bool = False,
+    uvicorn_options: dict[str, Any] | None = None,
+) -> int:
+    """Serve ``app`` on the bound ``sock`` until SIGINT/SIGTERM; returns the exit code (0).
+
+    Args:
+        app: the ASGI app.
+        sock: a socket from :func:`bind_socket`.
+        name: how the service names itself in its "listening on" line.
+        port_file: where to write the bound port (for supervisors and tests).
+        proxy: a proxy forwards the upstream's own ``date`` and ``server`` headers.
+        uvicorn_options: further ``uvicorn.Config`` options (limits, timeouts, loop).
+    """
+    host, bound = sock.getsockname()[:2]
+    url = f"http://{host}:{bound}" if ":" not in host else f"http://[{host}]:{bound}"
+    if port_file is not None:
+        port_file.write_text(f"{bound}\n")
+    print(f"ngcapture {name} listening on {url}", flush=True)
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=10,
+        server_header=not proxy,
+        date_header=not proxy,
+        **(uvicorn_options or {}),
+    )
+    _GracefulServer(config).run(sockets=[sock])
+    print(f"ngcapture {name} stopped", flush=True)
+    return 0
+
+
+class _GracefulServer(uvicorn.Server):
+    """uvicorn's server, but a SIGINT/SIGTERM ends in a graceful shutdown and exit code 0
+    (uvicorn itself re-raises the signal after shutting down)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        handled = (signal.SIGINT, signal.SIGTERM)
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
