@@ -56,6 +56,10 @@ class ErrorCategory(StrEnum):
     INCOMPLETE = "incomplete"
     STREAM_TRUNCATED = "stream_truncated"
     CAPTURE_PARSE_ERROR = "capture_parse_error"
+    #: The client went away before it had the whole answer (request body unfinished, before
+    #: the response headers, or mid-body / mid-stream). Not a success, and not the upstream's
+    #: ``stream_truncated``: the line keeps what was seen up to then.
+    CLIENT_DISCONNECTED = "client_disconnected"
 
 
 class GapCode(StrEnum):
@@ -66,6 +70,11 @@ class GapCode(StrEnum):
     MODEL_CALL_CAPTURE_INCOMPLETE = "model_call_capture_incomplete"
     MODEL_CALL_CAPTURE_UNREADABLE = "model_call_capture_unreadable"
     MODEL_CALL_CAPTURE_PENDING = "model_call_capture_pending"
+    #: A call's capture write was started by a server process that died before it landed.
+    MODEL_CALL_CAPTURE_LOST = "model_call_capture_lost"
+    #: A call's capture line could not be written (disk full, no descriptors...); one per call,
+    #: read from the server's failure log.
+    MODEL_CALL_CAPTURE_FAILED = "model_call_capture_failed"
     TRAJECTORY_PROJECTION_FAILED = "trajectory_projection_failed"
 
 
