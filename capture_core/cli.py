@@ -58,7 +58,7 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from capture_core.server import CaptureSettings, create_app
+    from capture_core.server import CaptureSettings
 
     directory = args.capture_dir.resolve() if args.capture_dir else None
     settings = CaptureSettings(
@@ -70,8 +70,9 @@ def _serve(args: argparse.Namespace) -> int:
     )
     if directory is not None:
         print(f"capturing model calls into {directory}", flush=True)
-    return _run(create_app(settings), name="capture server", host=args.host, port=args.port,
-                port_file=args.port_file, proxy=True)  # fmt: skip
+    from capture_core.server.listener import bind_socket, serve_capture
+
+    return serve_capture(settings, bind_socket(args.host, args.port), port_file=args.port_file)
 
 
 def _collect(args: argparse.Namespace) -> int:

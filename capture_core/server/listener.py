@@ -17,7 +17,7 @@ from typing import Any
 
 import uvicorn
 
-__all__ = ["bind_socket", "run_server"]
+__all__ = ["bind_socket", "run_server", "serve_capture"]
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -92,3 +92,20 @@ class _GracefulServer(uvicorn.Server):
         finally:
             for sig, handler in original.items():
                 signal.signal(sig, handler)
+
+
+def serve_capture(settings: Any, sock: socket.socket, *, port_file: Path | None = None) -> int:
+    """Run the capture server made from ``settings`` (a ``CaptureSettings``) on ``sock``.
+
+    The settings' limits become the server's: idle keep-alive timeout, client-connection cap,
+    access log.
+    """
+    from capture_core.server.app import create_app
+
+    options = {
+        "timeout_keep_alive": settings.idle_timeout_s,
+        "limit_concurrency": settings.max_client_connections,
+        "access_log": settings.access_log,
+    }
+    return run_server(create_app(settings), sock, name="capture server", port_file=port_file,
+                      proxy=True, uvicorn_options=options)  # fmt: skip
