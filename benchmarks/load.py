@@ -32,7 +32,7 @@ _SNIPPETS = {
     "open_run cold": """
 import shutil, time
 from ngcapture_viz import open_run
-from ngcapture_viz.index import INDEX_DIR_NAME
+from ngcapture_viz.load.index import INDEX_DIR_NAME
 shutil.rmtree(STORE / INDEX_DIR_NAME, ignore_errors=True)
 t = time.perf_counter()
 run = open_run(STORE)

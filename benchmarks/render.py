@@ -104,7 +104,7 @@ def _timed(action: Callable[[], object], repeats: int) -> float:
 
 
 def run(*, quick: bool = False) -> list[dict[str, Any]]:
-    from ngcapture_viz.dashboard import dashboard
+    from ngcapture_viz.figures.dashboard import dashboard
     from ngcapture_viz.report import write_report
 
     sizes = [10_000, 100_000] if quick else [10_000, 100_000, 1_000_000]

@@ -35,11 +35,11 @@ def _demo() -> Path:
 def figures() -> tuple[dict[str, go.Figure], Path]:
     """The figures to photograph, by image name, and the demo report of both checkpoints."""
     from ngcapture_viz import open_runs
-    from ngcapture_viz.dashboard import dashboard
     from ngcapture_viz.diff import diff
-    from ngcapture_viz.gap_report import gap_report
+    from ngcapture_viz.figures.dashboard import dashboard
+    from ngcapture_viz.figures.gap_report import gap_report
+    from ngcapture_viz.figures.timeline import timeline
     from ngcapture_viz.report import write_report
-    from ngcapture_viz.timeline import timeline
 
     demo = _demo()
     runs = open_runs(

@@ -13,7 +13,6 @@ Open a run and explore it::
 Null always means unknown, never zero.
 """
 
-from ngcapture_viz.dashboard import Dashboard, dashboard
 from ngcapture_viz.diff import CheckpointDiff, assert_no_regression, diff
 from ngcapture_viz.exceptions import (
     CaptureIndexError,
@@ -25,7 +24,22 @@ from ngcapture_viz.exceptions import (
     SourceError,
     VizError,
 )
-from ngcapture_viz.export import payload_free_tables, summary_metrics, to_parquet
+from ngcapture_viz.export import (
+    ExportResult,
+    export_to_wandb,
+    payload_free_tables,
+    summary_metrics,
+    to_parquet,
+)
+from ngcapture_viz.figures import (
+    CaptureDashboard,
+    Dashboard,
+    GapReport,
+    assign_lanes,
+    dashboard,
+    gap_report,
+    timeline,
+)
 from ngcapture_viz.frames import (
     CALLS,
     GAP_MEANINGS,
@@ -37,8 +51,7 @@ from ngcapture_viz.frames import (
     FrameSchema,
     gap_meaning,
 )
-from ngcapture_viz.gap_report import GapReport, gap_report
-from ngcapture_viz.index import CaptureIndex, IndexStats
+from ngcapture_viz.load import CaptureIndex, IndexStats
 from ngcapture_viz.report import TimelinePicks, pick_timelines, render_report, write_report
 from ngcapture_viz.run import (
     CaptureRun,
@@ -51,9 +64,6 @@ from ngcapture_viz.run import (
     tool_calls_df,
 )
 from ngcapture_viz.stats import error_rates, latency_percentiles, throughput_summary, token_summary
-from ngcapture_viz.timeline import assign_lanes, timeline
-from ngcapture_viz.wandb_export import ExportResult, export_to_wandb
-from ngcapture_viz.widget import CaptureDashboard
 
 __all__ = [
     "CALLS",

@@ -55,7 +55,7 @@ def resolve_run(path: Path) -> tuple[Path | None, Path | None]:
 
 
 def _index(args: argparse.Namespace) -> int:
-    from ngcapture_viz.index import CaptureIndex
+    from ngcapture_viz.load import CaptureIndex
 
     index = CaptureIndex(args.capture_dir, index_dir=args.index_dir, workers=args.workers)
     stats = index.refresh(progress=not args.quiet, require_write=True)
@@ -135,8 +135,8 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _export_wandb(args: argparse.Namespace) -> int:
+    from ngcapture_viz.export import export_to_wandb
     from ngcapture_viz.run import open_run
-    from ngcapture_viz.wandb_export import export_to_wandb
 
     run = open_run(args.capture_dir, args.rollouts, label=args.label, progress=not args.quiet)
     result = export_to_wandb(

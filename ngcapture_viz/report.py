@@ -4,10 +4,10 @@
 once, nothing is loaded from a CDN, and every table cell is escaped. Sections:
 
 * **Summary**: per run, rollouts, calls, token totals with their coverage, time span, gaps.
-* **Dashboard**: the figures and tables of :func:`ngcapture_viz.dashboard.dashboard`.
-* **Gap report**: :func:`ngcapture_viz.gap_report.gap_report` tables and figure.
+* **Dashboard**: the figures and tables of :func:`ngcapture_viz.figures.dashboard.dashboard`.
+* **Gap report**: :func:`ngcapture_viz.figures.gap_report.gap_report` tables and figure.
 * **Timelines**: the slowest rollouts (by ``wall_ms``), the failing ones (errors or gaps) and a
-  seeded sample of ordinary ones, each drawn by :func:`ngcapture_viz.timeline.timeline`.
+  seeded sample of ordinary ones, each drawn by :func:`ngcapture_viz.figures.timeline.timeline`.
 * **Checkpoint diff**: the frame and forest plot of a ``diff=`` when one is given.
 
 Only aggregated figures and a handful of timelines are embedded, so the file stays small for
@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING
 import plotly.graph_objects as go
 import polars as pl
 
-from ngcapture_viz._html import Section, figure_html, page, table_html
-from ngcapture_viz.dashboard import dashboard
-from ngcapture_viz.gap_report import gap_report
+from ngcapture_viz.display._html import Section, figure_html, page, table_html
+from ngcapture_viz.figures.dashboard import dashboard
+from ngcapture_viz.figures.gap_report import gap_report
+from ngcapture_viz.figures.timeline import timeline
 from ngcapture_viz.run import CaptureRun, stack_runs
-from ngcapture_viz.timeline import timeline
 
 if TYPE_CHECKING:
-    from ngcapture_viz.diff import CheckpointDiff
+    from ngcapture_viz.diff.compare import CheckpointDiff
 
 __all__ = ["TimelinePicks", "pick_timelines", "render_report", "summary_frame", "write_report"]
 

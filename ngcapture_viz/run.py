@@ -21,7 +21,6 @@ import orjson
 import polars as pl
 
 from capture_core import InvalidRecordError, ModelCallRecord, normalize_line, paused_gc
-from ngcapture_viz._assemble import RunBuilder, Sources
 from ngcapture_viz.exceptions import DamagedSourceError, PayloadUnavailableError, SourceError
 from ngcapture_viz.frames.calls import CALLS
 from ngcapture_viz.frames.gaps import GAPS
@@ -29,8 +28,9 @@ from ngcapture_viz.frames.rollouts import (
     ROLLOUTS,
 )
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS
-from ngcapture_viz.index import IndexStats
-from ngcapture_viz.sources import read_rollouts
+from ngcapture_viz.load._assemble import RunBuilder, Sources
+from ngcapture_viz.load.index import IndexStats
+from ngcapture_viz.load.rollouts import read_rollouts
 
 __all__ = [
     "CaptureRun",

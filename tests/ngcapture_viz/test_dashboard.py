@@ -11,7 +11,12 @@ import pytest
 
 import ngcapture_viz as ngv
 from capture_core.testing import RunSpec, write_run
-from ngcapture_viz.dashboard import HORIZONTAL_FROM, dashboard, latency_figure, throughput_figure
+from ngcapture_viz.figures.dashboard import (
+    HORIZONTAL_FROM,
+    dashboard,
+    latency_figure,
+    throughput_figure,
+)
 from ngcapture_viz.frames import CALLS
 from ngcapture_viz.stats import (
     ANY_ERROR,

@@ -14,13 +14,13 @@ import pytest
 
 from capture_core.testing import RunSpec, write_run
 from ngcapture_viz import CALLS, GAPS, ROLLOUTS, TOOL_CALLS, CaptureRun, open_run, stack_runs
-from ngcapture_viz.bootstrap import (
+from ngcapture_viz.diff import DIFF_SCHEMA, METRIC_NAMES, assert_no_regression, diff
+from ngcapture_viz.diff.bootstrap import (
     holm,
     quantile_replicates,
     ratio_replicates,
     resample_clusters,
 )
-from ngcapture_viz.diff import DIFF_SCHEMA, METRIC_NAMES, assert_no_regression, diff
 from ngcapture_viz.exceptions import RegressionError
 
 

@@ -26,8 +26,8 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import ngcapture_viz as ngv
-import ngcapture_viz._pool as pool_module
-import ngcapture_viz.index as index_module
+import ngcapture_viz.load._pool as pool_module
+import ngcapture_viz.load.index as index_module
 from capture_core import (
     ATTACHMENT_KEY,
     CaptureStore,

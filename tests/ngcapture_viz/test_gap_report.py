@@ -10,7 +10,7 @@ import pytest
 
 from capture_core.testing import RunSpec, write_run
 from ngcapture_viz import CaptureRun, gap_meaning, open_run, stack_runs
-from ngcapture_viz.gap_report import COVERAGE_METRICS, GapReport, gap_report
+from ngcapture_viz.figures.gap_report import COVERAGE_METRICS, GapReport, gap_report
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import pytest
 import ngcapture_viz as ngv
 from capture_core import CaptureStore
 from capture_core.testing import CaptureLineFactory
-from ngcapture_viz.index import INDEX_DIR_NAME, CaptureIndex, IndexStats
+from ngcapture_viz.load.index import INDEX_DIR_NAME, CaptureIndex, IndexStats
 from tests.ngcapture_viz.conftest import write_capture
 
 ROLLOUT_IDS = [f"{task}-{repeat}" for task in range(3) for repeat in range(2)]
@@ -289,7 +289,7 @@ def test_appends_after_blank_and_damaged_lines_keep_counting(
 def test_a_same_size_rewrite_in_the_same_mtime_tick_is_reread(
     capture_dir: Path, line_factory: CaptureLineFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import ngcapture_viz.index as index_module
+    import ngcapture_viz.load.index as index_module
 
     line = next(line_factory.lines(1))
     path = write_capture(capture_dir, "0-0", [line])
@@ -330,8 +330,8 @@ def test_racy_files_are_hash_checked_once_then_trusted_again(
     capture_dir: Path, line_factory: CaptureLineFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
 
-    import ngcapture_viz._listing as listing_module
-    import ngcapture_viz.index as index_module
+    import ngcapture_viz.load._listing as listing_module
+    import ngcapture_viz.load.index as index_module
 
     for number, line in enumerate(line_factory.lines(3)):
         write_capture(capture_dir, f"{number}-0", [line])
@@ -368,7 +368,7 @@ def test_an_unwritable_index_warns_and_keeps_the_rows(
     write_capture(capture_dir, "0-0", list(line_factory.lines(2)))
     (capture_dir / INDEX_DIR_NAME).write_text("not a directory")
     monkeypatch.setenv("NGCAPTURE_CACHE_DIR", "/dev/null/cache")  # cannot be created either
-    with caplog.at_level("WARNING", logger="ngcapture_viz.index"):
+    with caplog.at_level("WARNING", logger="ngcapture_viz.load.index"):
         run = ngv.open_run(capture_dir)
     assert run.calls.height == 2
     assert _stats(run).location is None

@@ -19,8 +19,8 @@ import pytest
 from capture_core import DamagedLine, RawEntry, parse_capture
 from capture_core.normalize import record_fields
 from capture_core.testing import CaptureLineFactory
-from ngcapture_viz._scan import FileTask, fingerprint, scan_files
 from ngcapture_viz.frames.calls import CALLS, CallColumns
+from ngcapture_viz.load._scan import FileTask, fingerprint, scan_files
 
 _LINE = CaptureLineFactory(seed=3).line("chat").to_jsonl().rstrip(b"\n")
 _BIG = CaptureLineFactory(seed=4).line("responses").to_jsonl().rstrip(b"\n")

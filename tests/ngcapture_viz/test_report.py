@@ -13,9 +13,9 @@ from plotly.offline import get_plotlyjs
 from benchmarks.render import scale_run
 from capture_core.testing import RunSpec, write_run
 from ngcapture_viz import CaptureRun, open_run
-from ngcapture_viz._html import _cell, table_html
-from ngcapture_viz.dashboard import dashboard
 from ngcapture_viz.diff import diff
+from ngcapture_viz.display._html import _cell, table_html
+from ngcapture_viz.figures.dashboard import dashboard
 from ngcapture_viz.report import (
     TimelinePicks,
     pick_timelines,

@@ -20,7 +20,7 @@ from capture_core import (
 from capture_core.testing import CaptureLineFactory, RunSpec, write_run
 from ngcapture_viz import PayloadUnavailableError
 from ngcapture_viz.frames import CALLS, GAPS, ROLLOUTS, TOOL_CALLS
-from ngcapture_viz.sources import read_rollouts
+from ngcapture_viz.load.rollouts import read_rollouts
 from tests.ngcapture_viz.conftest import write_capture
 
 GAP_COLUMNS = ["rollout_id", "model_call_id", "call_index", "code", "source", "line_number"]

@@ -13,7 +13,7 @@ import pytest
 
 from capture_core.testing import RunSpec, write_run
 from ngcapture_viz import CaptureRun, open_run, stack_runs
-from ngcapture_viz.timeline import CAUSALITY_NOTE, assign_lanes, outcome_color, timeline
+from ngcapture_viz.figures.timeline import CAUSALITY_NOTE, assign_lanes, outcome_color, timeline
 
 
 def _open(directory: Path, spec: RunSpec, *, label: str | None = None) -> CaptureRun:

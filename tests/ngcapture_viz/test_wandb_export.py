@@ -28,7 +28,7 @@ from ngcapture_viz.export import (
     payload_free_tables,
     summary_metrics,
 )
-from ngcapture_viz.wandb_export import export_to_wandb, wandb_table_data
+from ngcapture_viz.export.wandb import export_to_wandb, wandb_table_data
 from tests.ngcapture_viz.test_export import planted_run
 
 wandb = pytest.importorskip("wandb")

@@ -12,7 +12,8 @@ import pytest
 
 import ngcapture_viz as ngv
 from capture_core.testing import RunSpec, write_run
-from ngcapture_viz.dashboard import REWARD_METRICS
+from ngcapture_viz.figures.dashboard import REWARD_METRICS
+from ngcapture_viz.figures.widget import REWARD_SELECTION_NOTE, CaptureDashboard
 from ngcapture_viz.stats import (
     PERCENTILES,
     calls_over_time,
@@ -20,7 +21,6 @@ from ngcapture_viz.stats import (
     throughput_summary,
     token_histogram,
 )
-from ngcapture_viz.widget import REWARD_SELECTION_NOTE, CaptureDashboard
 from tests.ngcapture_viz.conftest import bar_labels, bar_values
 
 

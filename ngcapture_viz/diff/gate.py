@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from ngcapture_viz.diff_render import number_text, percent_text
+from ngcapture_viz.diff.render import number_text, percent_text
 from ngcapture_viz.exceptions import RegressionError
 
 if TYPE_CHECKING:
-    from ngcapture_viz.diff import CheckpointDiff
+    from ngcapture_viz.diff.compare import CheckpointDiff
 
 __all__ = ["assert_no_regression"]
 

@@ -23,7 +23,7 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
-from ngcapture_viz.dashboard_bars import (
+from ngcapture_viz.figures.bars import (
     COVERAGE_HOVER,
     HORIZONTAL_FROM,
     group_labels,

@@ -6,7 +6,7 @@ columns of the calls, rollouts, gaps and tool-calls frames. Payloads never leave
 
 Example:
     >>> import ngcapture_viz as ngv  # doctest: +SKIP
-    >>> from ngcapture_viz.wandb_export import export_to_wandb  # doctest: +SKIP
+    >>> from ngcapture_viz.export.wandb import export_to_wandb  # doctest: +SKIP
     >>> run = ngv.open_run("results/demo/ckpt-100/model-calls",  # doctest: +SKIP
     ...                    "results/demo/ckpt-100/rollouts.jsonl")
     >>> result = export_to_wandb(run, project="my-evals")  # doctest: +SKIP
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 import polars as pl
 
 from ngcapture_viz.exceptions import MissingExtraError
-from ngcapture_viz.export import RunOrRuns, cap_rows, payload_free_tables, summary_metrics
+from ngcapture_viz.export.tables import RunOrRuns, cap_rows, payload_free_tables, summary_metrics
 
 if TYPE_CHECKING:
     from wandb import Run

@@ -5,7 +5,7 @@ Every exported table (W&B, Parquet) is built here from an explicit allowlist per
 messages and rollout task fields never pass by default. Some columns may be added on purpose
 with ``extra_columns=`` (error messages, full paths, task fields); payload columns are refused
 even then (:data:`PAYLOAD_COLUMNS`). The allowlist and the refusal rules live in
-:mod:`ngcapture_viz.export_columns` and are re-exported here. ``payload_digests=True`` adds
+:mod:`ngcapture_viz.export.columns` and are re-exported here. ``payload_digests=True`` adds
 the SHA-256 and size of each call's capture line, so exported rows can be joined back to the
 local store.
 
@@ -32,7 +32,7 @@ from typing import Final
 import polars as pl
 
 from ngcapture_viz.exceptions import ExportError
-from ngcapture_viz.export_columns import (
+from ngcapture_viz.export.columns import (
     ALLOWED_COLUMNS,
     DIGEST_COLUMNS,
     PAYLOAD_COLUMNS,

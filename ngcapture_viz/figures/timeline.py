@@ -24,7 +24,13 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.colors import qualitative
 
-from ngcapture_viz._timeline_text import fmt_ms, gaps_note, hover_text, subtitle, unplaced_note
+from ngcapture_viz.figures._timeline_text import (
+    fmt_ms,
+    gaps_note,
+    hover_text,
+    subtitle,
+    unplaced_note,
+)
 from ngcapture_viz.frames.gaps import AnalysisGap
 from ngcapture_viz.run import CaptureRun
 

@@ -4,7 +4,7 @@
 the base name of ``path``). :data:`PAYLOAD_COLUMNS` hold payload text or a copy of it and are
 refused even when asked for with ``extra_columns=`` (a ``task_`` prefix does not hide one);
 :func:`check_extra_columns` enforces that. :data:`DIGEST_COLUMNS` are what
-``payload_digests=True`` adds. :mod:`ngcapture_viz.export` builds the tables from these.
+``payload_digests=True`` adds. :mod:`ngcapture_viz.export.tables` builds the tables from these.
 
 Example:
     >>> "reasoning_content" in PAYLOAD_COLUMNS, "reasoning_content" in ALLOWED_COLUMNS["calls"]

@@ -29,11 +29,15 @@ from typing import Any, Final
 
 import polars as pl
 
-from ngcapture_viz._index_files import FILE_SCHEMA, IndexTables, read_tables, write_tables
-from ngcapture_viz._listing import DirListing, content_matches, prefix_matches
-from ngcapture_viz._pool import scan_parallel
-from ngcapture_viz._progress import progress_bar
-from ngcapture_viz._scan import (
+from ngcapture_viz.exceptions import CaptureIndexError
+from ngcapture_viz.frames.calls import CALLS
+from ngcapture_viz.frames.gaps import GAPS
+from ngcapture_viz.frames.tool_calls import TOOL_CALLS
+from ngcapture_viz.load._index_files import FILE_SCHEMA, IndexTables, read_tables, write_tables
+from ngcapture_viz.load._listing import DirListing, content_matches, prefix_matches
+from ngcapture_viz.load._pool import scan_parallel
+from ngcapture_viz.load._progress import progress_bar
+from ngcapture_viz.load._scan import (
     RACY_NS,
     FileState,
     FileTask,
@@ -41,10 +45,6 @@ from ngcapture_viz._scan import (
     is_racy,
     scan_files,
 )
-from ngcapture_viz.exceptions import CaptureIndexError
-from ngcapture_viz.frames.calls import CALLS
-from ngcapture_viz.frames.gaps import GAPS
-from ngcapture_viz.frames.tool_calls import TOOL_CALLS
 
 __all__ = ["INDEX_DIR_NAME", "CaptureIndex", "DirListing", "IndexStats", "default_cache_dir"]
 

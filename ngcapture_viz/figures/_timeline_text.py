@@ -1,7 +1,7 @@
 """The words of a rollout timeline: call hover text, notes under the chart and the subtitle.
 
 Pure functions from rows and frames to strings (plotly's ``<br>`` line breaks);
-:mod:`ngcapture_viz.timeline` draws the chart and places them. Unknown values read
+:mod:`ngcapture_viz.figures.timeline` draws the chart and places them. Unknown values read
 ``not reported``, never 0.
 
 Example:

@@ -23,8 +23,8 @@ import orjson
 import polars as pl
 
 import capture_core
-from ngcapture_viz._scan import FileState, FileTask, ScanResult, scan_files
 from ngcapture_viz.exceptions import CaptureIndexError
+from ngcapture_viz.load._scan import FileState, FileTask, ScanResult, scan_files
 
 __all__ = ["scan_parallel"]
 
@@ -39,12 +39,13 @@ _TASKS: Final = "tasks.json"
 # for), from the very copies of ``ngcapture_viz`` and ``capture_core`` the parent imported.
 _WORKER: Final = """
 import sys, types
-package = types.ModuleType("ngcapture_viz")
-package.__path__ = [sys.argv[2]]
-sys.modules["ngcapture_viz"] = package
+for name, path in (("ngcapture_viz", sys.argv[2]), ("ngcapture_viz.load", sys.argv[2] + "/load")):
+    package = types.ModuleType(name)
+    package.__path__ = [path]
+    sys.modules[name] = package
 sys.path[:0] = [root for root in sys.argv[3:] if root not in sys.path]
 from pathlib import Path
-from ngcapture_viz._pool import worker_main
+from ngcapture_viz.load._pool import worker_main
 worker_main(Path(sys.argv[1]))
 """
 
@@ -126,7 +127,7 @@ def _start(share: list[FileTask], out: Path) -> subprocess.Popen[bytes]:
     # A file, not stdin: a task list larger than the pipe's buffer would block the parent
     # until the worker has finished importing, and the parent's own share would wait too.
     (out / _TASKS).write_bytes(orjson.dumps([asdict(task) for task in share]))
-    package = Path(__file__).parent
+    package = Path(__file__).parent.parent  # ngcapture_viz/, not load/
     places = [package, *(Path(str(p)) for p in capture_core.__path__)]
     roots = dict.fromkeys(str(place.parent) for place in places)
     return subprocess.Popen(

@@ -10,8 +10,8 @@ from typing import Any
 
 from capture_core import DATA_SUFFIX, MARKER_SUFFIX, is_valid_rollout_id
 from capture_core.pending import all_pending_writes
-from ngcapture_viz._scan import _PROBE, fingerprint
 from ngcapture_viz.exceptions import SourceError
+from ngcapture_viz.load._scan import _PROBE, fingerprint
 
 __all__ = ["DirListing", "content_matches", "prefix_matches"]
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import plotly.graph_objects as go
 import polars as pl
 
-from ngcapture_viz.bootstrap import (
+from ngcapture_viz.diff.bootstrap import (
     BOOT,
     CLUSTER,
     METRICS,
@@ -43,9 +43,9 @@ from ngcapture_viz.bootstrap import (
     estimate,
     holm,
 )
-from ngcapture_viz.diff_gate import assert_no_regression
-from ngcapture_viz.diff_pairing import pair_key, rollout_keys, unmatched, with_units
-from ngcapture_viz.diff_render import diff_figure, format_diff
+from ngcapture_viz.diff.gate import assert_no_regression
+from ngcapture_viz.diff.pairing import pair_key, rollout_keys, unmatched, with_units
+from ngcapture_viz.diff.render import diff_figure, format_diff
 
 if TYPE_CHECKING:
     from ngcapture_viz.run import CaptureRun

@@ -27,8 +27,8 @@ from ngcapture_viz.frames.rollouts import (
     rollout_part_columns,
 )
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS, ToolCallColumns
-from ngcapture_viz.index import CaptureIndex, IndexStats
-from ngcapture_viz.sources import RolloutSource
+from ngcapture_viz.load.index import CaptureIndex, IndexStats
+from ngcapture_viz.load.rollouts import RolloutSource
 
 __all__ = ["RunBuilder", "RunFrames", "Sources"]
 

@@ -6,7 +6,7 @@ all of its rollouts and calls, once per draw. All resamples are one long frame o
 estimates and replicates come out of the same code and always agree. Everything is vectorised
 in Polars (NumPy is not a dependency).
 
-Two kinds of statistic (``METRICS``, defined in :mod:`ngcapture_viz.diff_metrics` and
+Two kinds of statistic (``METRICS``, defined in :mod:`ngcapture_viz.diff.metrics` and
 re-exported here, lists the metrics of each kind):
 
 * ratios of sums, ``Σ num / Σ den`` over the drawn tasks (means per call or per rollout,
@@ -33,7 +33,7 @@ from typing import Final
 
 import polars as pl
 
-from ngcapture_viz.diff_metrics import METRICS, ROLLOUT_PARTS, Metric
+from ngcapture_viz.diff.metrics import METRICS, ROLLOUT_PARTS, Metric
 
 __all__ = [
     "BOOT",

@@ -1,7 +1,7 @@
 """The interactive dashboard: filters for run, model, dialect, outcome and time over live figures.
 
-The widget holds the static dashboard's figures (``ngcapture_viz.dashboard``). Changing a filter
-recomputes the aggregates in Polars and writes the new trace data into the same
+The widget holds the static dashboard's figures (``ngcapture_viz.figures.dashboard``). A filter
+change recomputes the aggregates in Polars and writes the new trace data into the same
 ``go.FigureWidget`` objects (inside ``batch_update``): no widget is replaced, so the notebook
 layout, zoom and legend state stay where the user left them.
 
@@ -23,7 +23,8 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import polars as pl
 
-from ngcapture_viz.dashboard import (
+from ngcapture_viz.exceptions import MissingExtraError
+from ngcapture_viz.figures.dashboard import (
     calls_over_time_figure,
     error_figure,
     latency_figure,
@@ -31,7 +32,6 @@ from ngcapture_viz.dashboard import (
     throughput_figure,
     token_figure,
 )
-from ngcapture_viz.exceptions import MissingExtraError
 from ngcapture_viz.run import CaptureRun, stack_runs
 from ngcapture_viz.stats import (
     DEFAULT_BY,

@@ -4,7 +4,7 @@ Each :class:`Metric` is either a ratio of sums, ``Σ num / Σ den`` over rollout
 and ``den`` are expressions over the per-rollout aggregates :data:`ROLLOUT_PARTS` (means per
 call or per rollout, rates), or a linear-interpolated quantile of one calls column. Nulls are
 unknown values: a call that did not report a metric is left out of it, never counted as 0.
-:data:`METRICS` lists them all in report order; :mod:`ngcapture_viz.bootstrap` estimates them.
+:data:`METRICS` lists them all in report order; :mod:`ngcapture_viz.diff.bootstrap` estimates them.
 
 Example:
     >>> [m.name for m in METRICS if m.unit == "share"]

@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 if TYPE_CHECKING:
-    from ngcapture_viz.diff import CheckpointDiff
+    from ngcapture_viz.diff.compare import CheckpointDiff
 
 __all__ = ["diff_figure", "format_diff", "number_text", "percent_text"]
 
