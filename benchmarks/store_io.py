@@ -41,7 +41,7 @@ def run(*, quick: bool = False) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        store = CaptureStore(root / "store")
+        store = CaptureStore(root / "store", create=True)
 
         def store_append() -> None:
             store.clear("bench-0")

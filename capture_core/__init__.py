@@ -25,6 +25,7 @@ from capture_core.dialects import (
     token_stats,
 )
 from capture_core.exceptions import (
+    CaptureDirNotFoundError,
     CaptureError,
     CaptureStoreError,
     DamagedLineError,
@@ -103,6 +104,7 @@ __all__ = [
     "MARKER_SUFFIX",
     "MAX_ROLLOUT_ID_LENGTH",
     "PAYLOAD_FIELDS",
+    "CaptureDirNotFoundError",
     "CaptureError",
     "CaptureRead",
     "CaptureRecords",

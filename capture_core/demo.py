@@ -90,7 +90,7 @@ def _calls() -> dict[str, list[RawCaptureLine]]:
 
 def write_demo_store(root: Path) -> CaptureStore:
     """Write the demo rollouts (replacing earlier demo files) and return the store."""
-    store = CaptureStore(root)
+    store = CaptureStore(root, create=True)
     for rollout_id, lines in _calls().items():
         store.clear(rollout_id)
         for number, line in enumerate(lines):
@@ -229,7 +229,7 @@ def run_live(out: Path) -> CaptureStore:
     """Start worker and capture server, make the calls, stop both; return the store."""
     from capture_core.testing.processes import run_capture_server, run_worker
 
-    store = CaptureStore(out)
+    store = CaptureStore(out, create=True)
     for rollout_id in ("0-0", "1-0", "2-0", "3-0"):
         store.clear(rollout_id)
     with run_worker(seed=0) as worker, run_capture_server(worker.url, out) as server:
@@ -286,7 +286,7 @@ def _reload_check(folders: Sequence[Path]) -> None:
     from capture_core.metrics import read_model_call_records
 
     for folder in folders:
-        store = CaptureStore(folder / "model-calls", create=False)
+        store = CaptureStore(folder / "model-calls")
         ids = store.rollout_ids()
         calls = sum(len(read_model_call_records(store, rollout_id)) for rollout_id in ids)
         print(f"{folder.name}: {len(ids)} rollouts and {calls} calls read back from {store.root}")

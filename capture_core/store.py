@@ -41,7 +41,12 @@ from capture_core._locking import (
     read_locked,
     unlink_if_present,
 )
-from capture_core.exceptions import CaptureStoreError, InvalidRecordError, LineEncodingError
+from capture_core.exceptions import (
+    CaptureDirNotFoundError,
+    CaptureStoreError,
+    InvalidRecordError,
+    LineEncodingError,
+)
 from capture_core.ids import is_valid_rollout_id, validate_rollout_id
 from capture_core.normalize import normalize_line
 from capture_core.records import CaptureRecords, DamagedLine, ModelCallRecord, RawCaptureLine
@@ -80,33 +85,43 @@ class CaptureRead:
 class CaptureStore:
     """The capture files of many rollouts in one directory.
 
+    Reading never creates anything: a store opened without ``create=True`` needs its directory
+    to exist. Writers (the capture server) pass ``create=True``.
+
     Args:
-        root: the directory; it is made absolute.
-        create: create the directory (and its parents) when missing.
+        root: the directory; a relative path resolves against the working directory.
+        create: create the directory (and its parents) when missing (writers only).
 
     Raises:
+        CaptureDirNotFoundError: ``root`` does not exist and ``create`` is false.
         CaptureStoreError: ``root`` exists and is not a directory, or cannot be created.
 
     Example:
-        >>> store = CaptureStore("/tmp/captures")
+        >>> store = CaptureStore("/tmp/captures", create=True)
         >>> store.record("3-2", {"model_call_id": "c1", "dialect": "chat"})
         40
         >>> [entry.data["model_call_id"] for entry in store.read("3-2").entries]
         ['c1']
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, create: bool = True) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, create: bool = False) -> None:
         self._root = Path(root).resolve()
         if self._root.exists() and not self._root.is_dir():
-            raise CaptureStoreError("capture store root is not a directory", path=self._root)
+            raise CaptureStoreError("the capture directory is not a directory", path=self._root)
         if create:
             try:
                 self._root.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise CaptureStoreError(
-                    f"could not create the capture store directory: {os_reason(exc)}",
+                    f"could not create the capture directory: {os_reason(exc)}",
                     path=self._root,
                 ) from exc
+        elif not self._root.is_dir():
+            raise CaptureDirNotFoundError(
+                "the capture directory does not exist (readers never create it; the capture "
+                "server does when it starts with it)",
+                path=self._root,
+            )
 
     def __repr__(self) -> str:
         return f"CaptureStore({str(self._root)!r})"

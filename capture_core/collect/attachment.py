@@ -28,7 +28,9 @@ DEFAULT_DRAIN_TIMEOUT_S = 10.0
 def _pick_store(dirs: Sequence[str | Path], rollout_id: str) -> CaptureStore | None:
     """The first directory holding this rollout's capture file or marker."""
     for directory in dirs:
-        store = CaptureStore(directory, create=False)
+        if not Path(directory).is_dir():
+            continue
+        store = CaptureStore(directory)
         if store.exists(rollout_id):
             return store
     return None

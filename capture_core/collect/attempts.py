@@ -321,12 +321,10 @@ def clear_rollouts(
     """
     for rollout_id in ids:
         validate_rollout_id(rollout_id)
-    stores = [CaptureStore(directory, create=False) for directory in dirs]
+    stores = [CaptureStore(directory) for directory in dirs if Path(directory).is_dir()]
     report = ClearReport()
     deadline = time.monotonic() + max(0.0, wait_s)
     for store in stores:
-        if not store.root.is_dir():
-            continue
         for rollout_id in ids:
             left = max(0.0, deadline - time.monotonic())
             pending = wait_for_pending(store.root, rollout_id, timeout_s=left)

@@ -40,7 +40,7 @@ def test_no_calls_gives_all_nulls_and_zero_calls() -> None:
 
 
 def test_store_level_seed_api(tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
-    store = CaptureStore(tmp_path / "model-calls")
+    store = CaptureStore(tmp_path / "model-calls", create=True)
     lines = list(CaptureLineFactory(seed=3, error_rate=0.3).lines(40))
     for line in lines:
         store.record("0-0", line)

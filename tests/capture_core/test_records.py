@@ -158,7 +158,7 @@ def test_record_field_order_puts_identity_first_and_latency_last() -> None:
 def test_the_spec_example_through_the_store(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from capture_core import CaptureStore, aggregate_model_call_metrics, read_model_call_records
 
-    store = CaptureStore(tmp_path / "model-calls")
+    store = CaptureStore(tmp_path / "model-calls", create=True)
     line = orjson.loads(SPEC_LINE)
     line["response"]["usage"]["output_tokens_details"] = {"reasoning_tokens": 12}
     store.record("0-0", line)

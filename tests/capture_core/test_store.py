@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from capture_core.exceptions import CaptureStoreError, DamagedLineError
+from capture_core.exceptions import CaptureDirNotFoundError, CaptureStoreError, DamagedLineError
 from capture_core.records import ModelRef, RawCaptureLine
 from capture_core.store import CaptureStore
 
@@ -47,7 +47,7 @@ def _jl(obj: object) -> bytes:
 
 @pytest.fixture
 def store(tmp_path: Path) -> CaptureStore:
-    return CaptureStore(tmp_path / "captures")
+    return CaptureStore(tmp_path / "captures", create=True)
 
 
 # --- construction and paths ---------------------------------------------------------------
@@ -55,17 +55,30 @@ def store(tmp_path: Path) -> CaptureStore:
 
 def test_root_is_made_absolute_and_created(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    made = CaptureStore(Path("a") / "b")
+    made = CaptureStore(Path("a") / "b", create=True)
     assert made.root.is_absolute()
     assert made.root == tmp_path / "a" / "b"
     assert made.root.is_dir()
 
 
-def test_create_false_does_not_create_the_root(tmp_path: Path) -> None:
-    made = CaptureStore(tmp_path / "missing", create=False)
-    assert not (tmp_path / "missing").exists()
+def test_a_reader_never_creates_the_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for opened in (lambda: CaptureStore("results/missing"),
+                   lambda: CaptureStore(Path("results") / "missing", create=False)):  # fmt: skip
+        with pytest.raises(CaptureDirNotFoundError) as info:
+            opened()
+        assert info.value.path == tmp_path / "results" / "missing"  # resolved, as printed
+        assert str(tmp_path / "results" / "missing") in str(info.value)
+        assert "does not exist" in str(info.value)
+        assert isinstance(info.value, FileNotFoundError)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_existing_root_reads_as_empty(tmp_path: Path) -> None:
+    made = CaptureStore(tmp_path)
     assert made.rollout_ids() == []
     assert made.read(RID).file_exists is False
+    assert os.listdir(tmp_path) == []
 
 
 def test_root_that_is_a_file_is_refused(tmp_path: Path) -> None:
@@ -461,7 +474,7 @@ def test_rollout_ids_lists_valid_ids_and_ignores_foreign_files(store: CaptureSto
 
 
 def test_rollout_ids_of_missing_root_is_empty(tmp_path: Path) -> None:
-    made = CaptureStore(tmp_path / "captures")
+    made = CaptureStore(tmp_path / "captures", create=True)
     made.root.rmdir()
     assert made.rollout_ids() == []
 
@@ -562,7 +575,7 @@ def test_short_writes_are_completed(store: CaptureStore, monkeypatch: pytest.Mon
 
 
 def test_disk_errors_become_capture_store_errors(tmp_path: Path) -> None:
-    made = CaptureStore(tmp_path / "captures")
+    made = CaptureStore(tmp_path / "captures", create=True)
     made.root.rmdir()
     (tmp_path / "captures").write_bytes(b"now a file")
     with pytest.raises(CaptureStoreError) as info:

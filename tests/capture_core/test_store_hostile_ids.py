@@ -114,9 +114,10 @@ def layout(tmp_path: Path) -> tuple[CaptureStore, CaptureStore]:
     """A store root nested inside tmp_path, and a store whose root does not exist yet."""
     (tmp_path / "outer").mkdir()
     (tmp_path / "outer" / "sibling.txt").write_bytes(b"untouched")
-    present = CaptureStore(tmp_path / "outer" / "captures")
+    present = CaptureStore(tmp_path / "outer" / "captures", create=True)
     present.record("existing-1", LINE)
-    absent = CaptureStore(tmp_path / "outer" / "not-yet", create=False)
+    absent = CaptureStore(tmp_path / "outer" / "not-yet", create=True)
+    absent.root.rmdir()  # a store whose directory went away
     return present, absent
 
 

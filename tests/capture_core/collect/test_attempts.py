@@ -148,7 +148,10 @@ def snapshot(root: Path) -> dict[str, bytes]:
 
 
 def test_clearing_archives_exactly_the_listed_ids(tmp_path: Path) -> None:
-    first, second = CaptureStore(tmp_path / "a"), CaptureStore(tmp_path / "b")
+    first, second = (
+        CaptureStore(tmp_path / "a", create=True),
+        CaptureStore(tmp_path / "b", create=True),
+    )
     old = fill(first, "0-0", 2, marker=True)
     fill(first, "0-1")
     fill(first, "0-0-a1")

@@ -217,7 +217,7 @@ def test_a_write_in_flight_is_visible_to_other_processes(
     ],
 )
 def test_what_is_captured(tmp_path: Path, path: str, captured: bool, invalid: bool) -> None:
-    store = CaptureStore(tmp_path / "store")
+    store = CaptureStore(tmp_path / "store", create=True)
     seen_paths: list[str] = []
     inner = sse_app(split_events(messages_stream(Answer())))
 
