@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: demo test lint typecheck unit bench clean chromium kernel
+.PHONY: demo test lint typecheck unit bench clean chromium kernel wrk
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,7 +36,11 @@ unit: $(STAMP) chromium kernel
 
 test: chromium kernel lint typecheck unit
 
-bench: $(STAMP)
+# The proxy benchmark's load generator at 64 clients is Debian's wrk (a C program).
+wrk:
+	command -v wrk > /dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends wrk)
+
+bench: $(STAMP) wrk
 	$(BIN)/python -m benchmarks
 
 clean:
