@@ -87,6 +87,15 @@ class CaptureRun:
             f"{self.gaps.height} gaps>"
         )
 
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        from ngcapture_viz.display.cards import run_html, run_text
+
+        # No figure in the card: it never carries plotly.js.
+        return {"text/html": run_html(self), "text/plain": run_text(self)}
+
+    def _repr_html_(self) -> str:
+        return self._repr_mimebundle_()["text/html"]
+
     @property
     def labels(self) -> list[str]:
         """The labels of the runs in this object, in order."""

@@ -129,6 +129,14 @@ class CheckpointDiff:
     def __str__(self) -> str:
         return self.format()
 
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        from ngcapture_viz.display.cards import diff_html, html_bundle
+
+        return html_bundle(self.format(), lambda js: diff_html(self, plotlyjs=js))
+
+    def _repr_html_(self) -> str:
+        return self._repr_mimebundle_()["text/html"]
+
     @property
     def summary(self) -> str:
         """One line: what was compared with what, and how."""

@@ -18,10 +18,21 @@ from typing import TYPE_CHECKING, Any
 import plotly.graph_objects as go
 import polars as pl
 
+from ngcapture_viz.display.figure import Figure
+
 if TYPE_CHECKING:
     from ngcapture_viz.diff.compare import CheckpointDiff
 
-__all__ = ["diff_figure", "format_diff", "number_text", "percent_text"]
+__all__ = [
+    "diff_figure",
+    "format_diff",
+    "interval_text",
+    "legend_lines",
+    "mark",
+    "number_text",
+    "only_lines",
+    "percent_text",
+]
 
 
 def format_diff(d: CheckpointDiff) -> str:
@@ -37,35 +48,53 @@ def format_diff(d: CheckpointDiff) -> str:
         f"{'metric':<29}{a:>12}{b:>12}{'diff':>12}{'rel':>9}  "
         f"{level + ' interval':<22}{'n a/b':>13}  coverage a/b",
     ]
-    alpha = 1.0 - d.confidence
     for r in d.frame.iter_rows(named=True):
-        holds = r["p_holm"] is not None and r["p_holm"] < alpha
-        mark = "**" if holds and r["ci_excludes_zero"] else "*" if r["ci_excludes_zero"] else ""
-        interval = (
-            f"[{percent_text(r['rel_ci_low'])}, {percent_text(r['rel_ci_high'])}]"
-            if r["rel_ci_low"] is not None
-            else _abs_interval(r)
-        )
         lines.append(
             f"{r['metric']:<29}{number_text(r['value_a'], r['unit']):>12}"
             f"{number_text(r['value_b'], r['unit']):>12}"
             f"{number_text(r['diff'], r['unit'], sign=True):>12}"
-            f"{percent_text(r['rel_diff']):>9}  {interval:<20}{mark:<2}"
+            f"{percent_text(r['rel_diff']):>9}  {interval_text(r):<20}{mark(r, d.confidence):<2}"
             f"{r['n_a']:>6}/{r['n_b']:<6} {percent_text(r['coverage_a'], sign=False)}/"
             f"{percent_text(r['coverage_b'], sign=False)}"
         )
+    return "\n".join(lines + legend_lines(d) + only_lines(d))
+
+
+def interval_text(row: dict[str, Any]) -> str:
+    """A row's interval: relative, or absolute where a relative one is unknown."""
+    if row["rel_ci_low"] is not None:
+        return f"[{percent_text(row['rel_ci_low'])}, {percent_text(row['rel_ci_high'])}]"
+    return _abs_interval(row)
+
+
+def mark(row: dict[str, Any], confidence: float) -> str:
+    """``*``: the interval excludes 0; ``**``: and it holds after Holm's correction."""
+    holds = row["p_holm"] is not None and row["p_holm"] < 1.0 - confidence
+    if not row["ci_excludes_zero"]:
+        return ""
+    return "**" if holds else "*"
+
+
+def legend_lines(d: CheckpointDiff) -> list[str]:
+    """What the intervals and marks mean."""
+    level, alpha = f"{d.confidence:.0%}", 1.0 - d.confidence
     known = d.frame["p_holm"].is_not_null().sum()
-    lines.append("intervals are relative, or absolute where a relative one is unknown")
-    lines.append(
+    return [
+        "intervals are relative, or absolute where a relative one is unknown",
         f"* the {level} interval of the difference excludes 0; ** it still does after Holm's "
-        f"correction for the {known} metrics compared (p_holm < {alpha:.2g})"
-    )
-    for label, only, excluded in (
-        (d.label_a, d.only_a, d.excluded_a),
-        (d.label_b, d.only_b, d.excluded_b),
-    ):
-        lines.append(_only_line(label, only, excluded, by=d.by, paired=d.paired))
-    return "\n".join(lines)
+        f"correction for the {known} metrics compared (p_holm < {alpha:.2g})",
+    ]
+
+
+def only_lines(d: CheckpointDiff) -> list[str]:
+    """What each run had that the other did not, and what became of it."""
+    return [
+        _only_line(label, only, excluded, by=d.by, paired=d.paired)
+        for label, only, excluded in (
+            (d.label_a, d.only_a, d.excluded_a),
+            (d.label_b, d.only_b, d.excluded_b),
+        )
+    ]
 
 
 def diff_figure(d: CheckpointDiff) -> go.Figure:
@@ -85,7 +114,7 @@ def diff_figure(d: CheckpointDiff) -> go.Figure:
         ("interval includes 0", ~excludes.fill_null(True), "#7f7f7f"),
         ("no interval", pl.col("rel_ci_low").is_null(), "#bcbd22"),
     )
-    fig = go.Figure()
+    fig = Figure()
     for name, condition, colour in groups:
         part = shown.filter(condition)
         if part.height == 0:

@@ -42,6 +42,7 @@ p.note { color: #57606a; margin: 4px 0 10px; }
 table { border-collapse: collapse; font-size: 12.5px; }
 th, td { border: 1px solid #d0d7de; padding: 3px 8px; text-align: left; white-space: nowrap; }
 th { background: #f6f8fa; position: sticky; top: 0; }
+td.wrap { white-space: normal; min-width: 18em; max-width: 48em; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.unknown { color: #8c959f; }
 """
@@ -99,26 +100,32 @@ def figure_html(fig: go.Figure, *, caption: str | None = None) -> str:
 
 
 def table_html(
-    frame: pl.DataFrame, *, max_rows: int = MAX_TABLE_ROWS, caption: str | None = None
+    frame: pl.DataFrame,
+    *,
+    max_rows: int = MAX_TABLE_ROWS,
+    caption: str | None = None,
+    wrap: Sequence[str] = (),
 ) -> str:
     """``frame`` as an HTML table, every header and cell escaped; nulls shown as unknown.
 
-    At most ``max_rows`` rows are written; a note says how many were left out.
+    At most ``max_rows`` rows are written; a note says how many were left out. Cells of the
+    ``wrap`` columns (meanings, details: text that is the point) wrap instead of being cut.
     """
     heading = f"<h3>{html.escape(caption)}</h3>" if caption else ""
     if frame.height == 0:
         return f'{heading}<p class="note">None.</p>'
     shown = frame.head(max_rows)
     numeric = [dtype.is_numeric() for dtype in shown.dtypes]
+    wrapped = [name in wrap for name in shown.columns]
     head = "".join(f"<th>{html.escape(name)}</th>" for name in shown.columns)
     rows = []
     for values in shown.iter_rows():
         cells = []
-        for value, is_number in zip(values, numeric, strict=True):
+        for value, is_number, wraps in zip(values, numeric, wrapped, strict=True):
             if value is None:
                 cells.append(f'<td class="unknown" title="unknown">{UNKNOWN}</td>')
             else:
-                css = ' class="num"' if is_number else ""
+                css = ' class="num"' if is_number else ' class="wrap"' if wraps else ""
                 cells.append(f"<td{css}>{html.escape(_cell(value))}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     note = ""

@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
+from ngcapture_viz.display.figure import Figure
 from ngcapture_viz.stats import LATENCY_METRICS, PERCENTILES
 
 __all__ = [
@@ -53,6 +54,7 @@ def latency_figure(table: pl.DataFrame, by: Sequence[str]) -> go.Figure:
     groups = table.filter(pl.col("metric") == LATENCY_METRICS[0]).height
     horizontal = groups >= HORIZONTAL_FROM
     fig = make_subplots(
+        figure=Figure(),
         rows=2,
         cols=1,
         subplot_titles=LATENCY_METRICS,
@@ -92,7 +94,7 @@ def throughput_figure(table: pl.DataFrame, by: Sequence[str]) -> go.Figure:
     lying bars from ``HORIZONTAL_FROM`` groups on, like ``latency_figure``."""
     labels = _labels_with_coverage(table, by)
     horizontal = table.height >= HORIZONTAL_FROM
-    fig = go.Figure()
+    fig = Figure()
     for name in ("p50", "p95"):
         fig.add_trace(
             _bar(

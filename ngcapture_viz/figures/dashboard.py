@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import plotly
 import plotly.colors
@@ -23,6 +23,7 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
+from ngcapture_viz.display.figure import Figure
 from ngcapture_viz.figures.bars import (
     COVERAGE_HOVER,
     HORIZONTAL_FROM,
@@ -74,6 +75,17 @@ class Dashboard:
     figures: dict[str, go.Figure] = field(default_factory=dict)
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
 
+    def __repr__(self) -> str:
+        return f"<Dashboard: figures {list(self.figures)}; tables {list(self.tables)}>"
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        from ngcapture_viz.display.cards import dashboard_html, html_bundle
+
+        return html_bundle(repr(self), lambda js: dashboard_html(self, plotlyjs=js))
+
+    def _repr_html_(self) -> str:
+        return self._repr_mimebundle_()["text/html"]
+
 
 def dashboard(
     run_or_runs: CaptureRun | Sequence[CaptureRun], *, max_points: int = 20_000
@@ -124,7 +136,7 @@ def token_figure(histogram: pl.DataFrame, coverage: pl.DataFrame, runs: Sequence
         f"{m} (reported by {reported.get(m, (0, 0))[0]:,} / {reported.get(m, (0, 0))[1]:,} calls)"
         for m in TOKEN_METRICS
     ]
-    fig = make_subplots(rows=2, cols=2, subplot_titles=titles)
+    fig = make_subplots(figure=Figure(), rows=2, cols=2, subplot_titles=titles)
     per_run = {
         (str(r["run"]), r["metric"]): (r["n_reported"], r["n_calls"])
         for r in coverage.iter_rows(named=True)
@@ -173,6 +185,7 @@ def run_colors(runs: Sequence[str]) -> dict[str, str]:
 def calls_over_time_figure(table: pl.DataFrame, runs: Sequence[str]) -> go.Figure:
     """Calls and reported total tokens per time bucket, one line per run (``calls_over_time``)."""
     fig = make_subplots(
+        figure=Figure(),
         rows=2,
         cols=1,
         shared_xaxes=True,
@@ -218,7 +231,7 @@ def calls_over_time_figure(table: pl.DataFrame, runs: Sequence[str]) -> go.Figur
 def error_figure(table: pl.DataFrame, runs: Sequence[str]) -> go.Figure:
     """Share of each run's calls that failed, by error category (``stats.error_rates``)."""
     categories = [ANY_ERROR, *sorted(set(table["error_category"]) - {ANY_ERROR})]
-    fig = go.Figure()
+    fig = Figure()
     for run in runs:
         rows = table.filter(pl.col("run").cast(pl.String) == run)
         by_category = {r["error_category"]: r for r in rows.iter_rows(named=True)}
@@ -257,7 +270,9 @@ def reward_figure(
     for metric in REWARD_METRICS:
         known = rollouts.filter(pl.col("reward").is_not_null() & pl.col(metric).is_not_null())
         titles.append(f"{metric} ({known.height:,} / {rollouts.height:,} rollouts known)")
-    fig = make_subplots(rows=1, cols=len(REWARD_METRICS), subplot_titles=titles, shared_yaxes=True)
+    fig = make_subplots(
+        figure=Figure(), rows=1, cols=len(REWARD_METRICS), subplot_titles=titles, shared_yaxes=True
+    )
     was_sampled = False
     colors = run_colors(runs)
     for col, metric in enumerate(REWARD_METRICS, start=1):

@@ -21,7 +21,7 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import plotly.graph_objects as go
@@ -30,7 +30,8 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from capture_core import GapCode
-from ngcapture_viz.frames.gaps import AnalysisGap, gap_meaning
+from ngcapture_viz.display.figure import Figure
+from ngcapture_viz.frames.gaps import GAPS, AnalysisGap, gap_meaning
 from ngcapture_viz.run import CaptureRun
 
 __all__ = ["COVERAGE_METRICS", "GapReport", "gap_report"]
@@ -98,6 +99,23 @@ class GapReport:
     damaged: pl.DataFrame
     missing: pl.DataFrame
     pending: pl.DataFrame
+    gaps: pl.DataFrame = field(default_factory=GAPS.empty)
+
+    @property
+    def subtitle(self) -> str:
+        """One line: gaps, damaged lines, rollouts missing from a source, pending writes."""
+        return _subtitle(self)
+
+    def __repr__(self) -> str:
+        return f"<GapReport: {self.subtitle}>"
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        from ngcapture_viz.display.cards import gap_report_html, gap_report_text, html_bundle
+
+        return html_bundle(gap_report_text(self), lambda js: gap_report_html(self, plotlyjs=js))
+
+    def _repr_html_(self) -> str:
+        return self._repr_mimebundle_()["text/html"]
 
     def figure(self) -> go.Figure:
         """Gap counts by code (one bar series per run) beside the coverage shares.
@@ -106,6 +124,7 @@ class GapReport:
             >>> gap_report(run).figure()  # doctest: +SKIP
         """
         fig = make_subplots(
+            figure=Figure(),
             rows=1,
             cols=2,
             subplot_titles=("Gaps by code", "Coverage (share of the total, count/total)"),
@@ -202,6 +221,7 @@ def gap_report(run: CaptureRun) -> GapReport:
         damaged=_select(gaps, [AnalysisGap.DAMAGED_LINE.value], _DAMAGED_COLUMNS),
         missing=_select(gaps, list(_MISSING_CODES), _MISSING_COLUMNS),
         pending=_select(gaps, [GapCode.MODEL_CALL_CAPTURE_PENDING.value], _PENDING_COLUMNS),
+        gaps=run.gaps,
     )
 
 

@@ -24,6 +24,7 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.colors import qualitative
 
+from ngcapture_viz.display.figure import Figure
 from ngcapture_viz.figures._timeline_text import (
     fmt_ms,
     gaps_note,
@@ -142,7 +143,7 @@ def timeline(run: CaptureRun, rollout_id: str, *, run_label: str | None = None) 
     )
     num_lanes = max(placed["lane"].n_unique(), 1)  # lanes are 0..k-1
     idle = _idle_spans(placed)
-    fig = go.Figure()
+    fig = Figure()
     _add_idle(fig, idle, num_lanes)
     _add_bars(fig, placed)
     _add_ttft(fig, placed)

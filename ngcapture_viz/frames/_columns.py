@@ -45,6 +45,14 @@ class FrameSchema:
     def __repr__(self) -> str:
         return f"FrameSchema({self.name!r}, {len(self.columns)} columns)"
 
+    def _repr_html_(self) -> str:
+        """Every column with its dtype and meaning, the meanings in full (never cut)."""
+        from ngcapture_viz.display._html import table_html
+        from ngcapture_viz.display.cards import card
+
+        caption = f"The {self.name} frame: {len(self.columns)} columns"
+        return card(table_html(self.describe(), caption=caption, max_rows=1000, wrap=["meaning"]))
+
     @property
     def names(self) -> list[str]:
         return [c.name for c in self.columns]
