@@ -7,6 +7,7 @@ carries the context a caller needs to act on it::
     ├── InvalidRolloutIdError   (also a ValueError)  .rollout_id, .rule
     ├── InvalidRecordError      (also a ValueError)  .reason
     ├── RolloutRetiredError                          .rollout_id
+    ├── RequestRefusedError                          .status, .reason
     └── CaptureStoreError                            .path
         ├── CaptureDirNotFoundError (also a FileNotFoundError)  .path
         ├── LineEncodingError                        .path
@@ -43,6 +44,7 @@ __all__ = [
     "InvalidRolloutIdError",
     "LineEncodingError",
     "MaskFractionExceededError",
+    "RequestRefusedError",
     "RolloutRetiredError",
     "TokenBuildError",
     "TokenCaptureConfigError",
@@ -271,3 +273,17 @@ class TokenStoreDamagedError(CaptureStoreError, ValueError):
     def __init__(self, reason: str, *, path: Path) -> None:
         self.reason = reason
         super().__init__(reason, path=path)
+
+
+class RequestRefusedError(CaptureError):
+    """A request the capture server answers itself instead of forwarding it.
+
+    Attributes:
+        status: the HTTP status to answer with (400, 405, 408, 413...).
+        reason: why, in words (it goes into the error body).
+    """
+
+    def __init__(self, status: int, reason: str) -> None:
+        self.status = status
+        self.reason = reason
+        super().__init__(f"{status}: {reason}")

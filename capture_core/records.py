@@ -76,6 +76,32 @@ class GapCode(StrEnum):
     #: read from the server's failure log.
     MODEL_CALL_CAPTURE_FAILED = "model_call_capture_failed"
     TRAJECTORY_PROJECTION_FAILED = "trajectory_projection_failed"
+    # Agent observations and ng_trajectory (capture_core.observations):
+    #: The agent's ng_agent_observations did not validate, or joining them to the calls failed.
+    AGENT_OBSERVATION_JOIN_FAILED = "agent_observation_join_failed"
+    #: A reference names no captured call.
+    MODEL_CALL_REFERENCE_UNMATCHED = "model_call_reference_unmatched"
+    #: A reference names several captured calls; none is chosen.
+    MODEL_CALL_REFERENCE_AMBIGUOUS = "model_call_reference_ambiguous"
+    #: A reference names a call another reference (or invocation) already owns.
+    MODEL_CALL_REFERENCE_CONFLICT = "model_call_reference_conflict"
+    #: A captured call no invocation owns (detail ``capture:<id>:call_index=<n>``), or a
+    #: compaction names a call its invocation does not own.
+    MODEL_CALL_OWNERSHIP_UNAVAILABLE = "model_call_ownership_unavailable"
+    PRODUCER_TRAJECTORY_INVALID = "producer_trajectory_invalid"
+    #: detail: the mismatched fields, comma-joined (``task_id``, ``rollout_id``).
+    PRODUCER_TRAJECTORY_IDENTITY_MISMATCH = "producer_trajectory_identity_mismatch"
+    AGENT_OBSERVATIONS_INVALID = "agent_observations_invalid"
+    MODEL_CALL_CAPTURE_GAP_INVALID = "model_call_capture_gap_invalid"
+    MODEL_CALLS_UNAVAILABLE = "model_calls_unavailable"
+    TURNS_UNAVAILABLE = "turns_unavailable"
+    CONVERSATION_UNAVAILABLE = "conversation_unavailable"
+    #: The agent scrubbed ``input_image`` blocks; payload copies are left out of the row.
+    MULTIMODAL_HISTORY_REDACTED = "multimodal_history_redacted"
+    #: A producer could not time (some of) its tool executions.
+    TOOL_TIMING_UNAVAILABLE = "tool_timing_unavailable"
+    #: ``ng_perf`` was not derived; detail: the missing evidence.
+    PERF_UNAVAILABLE = "perf_unavailable"
 
 
 class _Model(BaseModel):
@@ -246,6 +272,28 @@ class ModelCallCaptureAttachment(_Model):
         if self.gaps:
             data["gaps"] = [gap.to_json_dict() for gap in self.gaps]
         return data
+
+
+class CaptureFailure(_Model):
+    """One call whose capture line could not be written, as kept in a server's failure log.
+
+    Attributes:
+        rollout_id: the rollout.
+        model_call_id: the call.
+        dialect: the call's dialect.
+        started_at: when the call started (Unix seconds, the server's clock).
+        failed_at: when the write failed (Unix seconds, the server's clock).
+        reason: why, e.g. ``"EMFILE: Too many open files"``.
+        writer: the token of the server process that failed to write it.
+    """
+
+    rollout_id: str
+    model_call_id: str
+    dialect: str | None = None
+    started_at: float | None = None
+    failed_at: float
+    reason: str
+    writer: str | None = None
 
 
 class DamagedLine(_Model):

@@ -70,11 +70,14 @@ def get_dialect(name: str) -> DialectSpec:
 def dialect_for_path(path: str) -> DialectSpec | None:
     """The dialect served at a (prefix-stripped) request path; other paths are not captured.
 
+    Matching ignores case: an upstream that routes case-insensitively must not serve a dialect
+    path that capture did not recognise.
+
     Example:
         >>> dialect_for_path("/v1/chat/completions").name
         'chat'
     """
-    return _BY_PATH.get(path)
+    return _BY_PATH.get(path) or _BY_PATH.get(path.lower())
 
 
 def _guess(response: Mapping[str, Any]) -> DialectSpec | None:

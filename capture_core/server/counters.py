@@ -13,6 +13,11 @@ _HELP = {
     "capture_failures": ("counter", "Model calls whose capture could not be written."),
     "invalid_rollout_ids": ("counter", "Prefixed requests served uncaptured: invalid rollout id."),
     "uncaptured_requests": ("counter", "Requests forwarded without capture."),
+    "requests_refused": (
+        "counter",
+        "Requests answered by the server itself (bad target, method, upgrade, size).",
+    ),
+    "marker_failures": ("counter", "Captured calls whose pending marker could not be made."),
     "writes_outstanding": ("gauge", "Capture writes started and not yet durable."),
 }
 
@@ -26,6 +31,8 @@ class CaptureCounters:
     capture_failures: int = 0
     invalid_rollout_ids: int = 0
     uncaptured_requests: int = 0
+    requests_refused: int = 0
+    marker_failures: int = 0
     writes_outstanding: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -33,6 +40,12 @@ class CaptureCounters:
         """Add ``amount`` (may be negative for the gauge) to counter ``name``."""
         with self._lock:
             setattr(self, name, getattr(self, name) + amount)
+
+    def bump(self, **amounts: int) -> None:
+        """Add to several counters under one lock."""
+        with self._lock:
+            for name, amount in amounts.items():
+                setattr(self, name, getattr(self, name) + amount)
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:

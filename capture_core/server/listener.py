@@ -17,6 +17,10 @@ from typing import Any
 
 import uvicorn
 
+from capture_core.server.logs import install_rate_limit
+from capture_core.server.protocol import protocol_class
+from capture_core.server.settings import CaptureSettings
+
 __all__ = ["bind_socket", "run_server", "serve_capture"]
 
 
@@ -65,6 +69,8 @@ def run_server(
     if port_file is not None:
         port_file.write_text(f"{bound}\n")
     print(f"ngcapture {name} listening on {url}", flush=True)
+    options: dict[str, Any] = {"loop": "uvloop", "http": "httptools", "ws": "none"}
+    options.update(uvicorn_options or {})
     config = uvicorn.Config(
         app,
         log_level="warning",
@@ -72,8 +78,10 @@ def run_server(
         timeout_graceful_shutdown=10,
         server_header=not proxy,
         date_header=not proxy,
-        **(uvicorn_options or {}),
+        **options,
     )
+    # uvicorn set up its loggers above; no message may flood them (nor the root's handlers).
+    install_rate_limit("uvicorn", "uvicorn.error", "uvicorn.access")
     _GracefulServer(config).run(sockets=[sock])
     print(f"ngcapture {name} stopped", flush=True)
     return 0
@@ -94,15 +102,20 @@ class _GracefulServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-def serve_capture(settings: Any, sock: socket.socket, *, port_file: Path | None = None) -> int:
-    """Run the capture server made from ``settings`` (a ``CaptureSettings``) on ``sock``.
+def serve_capture(
+    settings: CaptureSettings, sock: socket.socket, *, port_file: Path | None = None
+) -> int:
+    """Run the capture server made from ``settings`` on ``sock``.
 
-    The settings' limits become the server's: idle keep-alive timeout, client-connection cap,
-    access log.
+    The settings' limits become the server's: header timeout, body idle and keep-alive idle
+    timeouts, client-connection cap, access log.
     """
     from capture_core.server.app import create_app
 
     options = {
+        "http": protocol_class(
+            header_timeout_s=settings.header_timeout_s, idle_timeout_s=settings.idle_timeout_s
+        ),
         "timeout_keep_alive": settings.idle_timeout_s,
         "limit_concurrency": settings.max_client_connections,
         "access_log": settings.access_log,

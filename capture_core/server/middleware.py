@@ -3,10 +3,14 @@
 Per request: the ``/ng-rollout/<id>/`` prefix is stripped (always); a valid id on a dialect
 path is captured. Request and response bytes are copied as they pass; non-terminal chunks go
 to the client at once, while the stream's terminal event and the final body message are held
-until the capture line is durable (or its write failed). The write runs in a worker thread as
-its own task: if the request is cancelled (client gone, server stopping) the write still lands,
-and until it has landed a pending marker (written when the call starts) makes the call visible
-to other processes sharing the directory.
+until the capture line is durable (or its write failed). A compressed stream is decoded as it
+passes, so its terminal event is recognised.
+
+A call is marked pending (a marker named for this server process, made on the event loop: two
+system calls) when it starts; its line is built and appended in one hand-off to a writer
+thread, which also removes the marker. If the request is cancelled (server stopping) the write
+still lands. When the line cannot be written, the failure goes to the process's failure log
+(opened at start-up, so it needs no new descriptor) and the rollout is marked incomplete.
 """
 
 from __future__ import annotations
@@ -16,23 +20,36 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Executor
 from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from capture_core._locking import os_reason
 from capture_core.dialects import TerminalDetector
-from capture_core.exceptions import CaptureError, LineEncodingError
+from capture_core.exceptions import (
+    CaptureError,
+    CaptureStoreError,
+    LineEncodingError,
+    RequestRefusedError,
+)
 from capture_core.pending import mark_pending, unmark_pending
+from capture_core.records import CaptureFailure
 from capture_core.server.counters import CaptureCounters
+from capture_core.server.decoding import BodyDecoder, DecodeError, decoder_for
+from capture_core.server.errors import send_error
 from capture_core.server.exchange import Exchange
-from capture_core.server.proxy import TRANSPORT_ERROR_KEY
+from capture_core.server.logs import RateLimitedLogger
+from capture_core.server.proxy import CLIENT_GONE_KEY, PREFIX_KEY, TRANSPORT_ERROR_KEY
 from capture_core.server.routing import route_path
 from capture_core.server.training import TRAINING_ROUTE_KEY
 from capture_core.store import CaptureStore
+from capture_core.writers import CaptureWriter, out_of_descriptors
 
 __all__ = ["WARNING_HEADER", "CaptureMiddleware"]
 
 logger = logging.getLogger(__name__)
+limited = RateLimitedLogger(logger)
 
 WARNING_HEADER: Final = b"x-ngcapture-warning"
 _INVALID_ID_WARNING: Final = b"invalid rollout id: call served but not captured"
@@ -46,6 +63,10 @@ class CaptureMiddleware:
         store: where capture lines go; ``None`` disables capture (prefixes are still stripped).
         model_server_name: the name recorded in ``model_ref``.
         counters: where capture counters are kept.
+        writer: this process's registration in the capture directory (pending markers named
+            for it, its failure log); without one, markers carry no writer and failures are
+            only logged and counted.
+        executor: where lines are written (default: the event loop's default executor).
     """
 
     def __init__(
@@ -55,6 +76,8 @@ class CaptureMiddleware:
         store: CaptureStore | None,
         model_server_name: str | None,
         counters: CaptureCounters,
+        writer: CaptureWriter | None = None,
+        executor: Executor | None = None,
     ) -> None:
         self.app = app
         self.store = store
@@ -64,26 +87,36 @@ class CaptureMiddleware:
             else None
         )
         self.counters = counters
+        self.writer = writer
+        self.executor = executor
         self._detached: set[asyncio.Future[None]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        route = route_path(scope.get("raw_path") or scope["path"].encode())
+        raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
+        route = route_path(raw_path)
         if route is None:
             await self.app(scope, receive, send)
             return
-        scope = {**scope, "path": route.path, "raw_path": route.raw_path}
+        prefix = raw_path.partition(b"?")[0][: -len(route.raw_path)]
+        scope = {**scope, "path": route.path, "raw_path": route.raw_path, PREFIX_KEY: prefix}
         if route.training and route.valid:
             scope[TRAINING_ROUTE_KEY] = route.rollout_id
         if not route.valid:
             self.counters.add("invalid_rollout_ids")
-            logger.warning(
+            limited.warning(
+                "invalid-id",
                 "serving a request with invalid rollout id %s uncaptured",
                 ascii(route.rollout_id[:80]),
             )
             await self.app(scope, receive, _with_warning(send))
+            return
+        if route.dialect is not None and scope["method"] != "POST":
+            self.counters.add("requests_refused")
+            await send_error(send, route.path, 405, f"{route.path} takes POST requests",
+                             extra_headers=[(b"allow", b"POST")])  # fmt: skip
             return
         if self.store is None or route.dialect is None:
             self.counters.add("uncaptured_requests")
@@ -133,22 +166,29 @@ class _CapturedCall:
             started_at=time.time(),
         )
         self.detector: TerminalDetector | None = None
+        self.decoder: BodyDecoder | None = None
         self.held: list[Message] = []
         self.lookahead: Message | None = None
         self.holding = False
+        self.started = False
+        self.done = False
         self.t0 = time.perf_counter()
 
     async def serve(self, receive: Receive, send: Send) -> None:
+        exchange = self.exchange
+
         async def copy_request() -> Message:
             message = await receive()
             if message["type"] == "http.request":
-                self.exchange.request_chunks.append(message.get("body", b""))
+                exchange.request_chunks.append(message.get("body", b""))
+            elif message["type"] == "http.disconnect" and not self.done:
+                exchange.client_disconnected = True
             return message
 
         async def copy_response(message: Message) -> None:
             if self._observe(message):
                 self.held.append(message)
-            elif message["type"] == "http.response.body" and not self.exchange.streaming:
+            elif message["type"] == "http.response.body" and not exchange.streaming:
                 # Keep the newest body chunk back: with a content-length the client is done as
                 # soon as it has the last byte, so that byte must wait for the capture line.
                 previous, self.lookahead = self.lookahead, message
@@ -157,97 +197,182 @@ class _CapturedCall:
             else:
                 await send(message)
 
-        # The call is pending from now until its line is durable; the marker is written off
-        # the event loop without delaying the request.
+        # Pending from now until the line is durable, visible to other processes.
         self.owner.counters.add("writes_outstanding")
-        self.marked = asyncio.ensure_future(asyncio.to_thread(self._mark))
+        self._mark()
         self.t0 = time.perf_counter()
-        self.exchange.started_at = time.time()
+        exchange.started_at = time.time()
         try:
             await self.owner.app(self.scope, copy_request, copy_response)
         except asyncio.CancelledError:
             self._finish()
             self.owner.detach(self._start_write(asyncio.CancelledError()))
             raise
+        except RequestRefusedError as exc:  # a chunked body over the size limit
+            exchange.request_refused = True
+            if not self.started:
+                await send_error(copy_response, self.scope["path"], exc.status, exc.reason,
+                                 extra_headers=[(b"connection", b"close")])  # fmt: skip
+            await self._complete(None, send)
+            if self.started and not self.done:
+                raise
+            return
         except Exception as exc:
-            self._finish()
-            await self._record(self._start_write(exc))
-            await self._release(send)
-            raise
+            if self.started:
+                await self._complete(exc, send)
+                raise
+            # Nothing reached the client yet: it gets a 500 from us, and the line says so.
+            limited.exception("proxy-error", "error while serving %s", self.scope["path"])
+            await send_error(copy_response, self.scope["path"], 500,
+                             f"capture server error: {type(exc).__name__}")  # fmt: skip
+            await self._complete(exc, send)
+            return
+        await self._complete(None, send)
+
+    async def _complete(self, failure: BaseException | None, send: Send) -> None:
         self._finish()
-        await self._record(self._start_write(None))
+        await self._record(self._start_write(failure))
         await self._release(send)
 
     def _observe(self, message: Message) -> bool:
         """Copy what a response message carries; True if it must be held back."""
         kind = message["type"]
+        exchange = self.exchange
         if kind == "http.response.start":
-            self.exchange.status_code = message["status"]
+            self.started = True
+            exchange.status_code = message["status"]
             for name, value in message.get("headers", []):
                 lower = name.lower()
                 if lower == b"content-type":
-                    self.exchange.streaming = value.lower().startswith(b"text/event-stream")
+                    exchange.streaming = value.lower().startswith(b"text/event-stream")
                 elif lower == b"content-encoding":
-                    self.exchange.content_encoding = value.decode("latin-1").strip().lower()
-            if self.exchange.streaming:
-                self.detector = TerminalDetector(self.exchange.dialect)
+                    exchange.content_encoding = value.decode("latin-1").strip().lower()
+            if exchange.streaming:
+                self.detector = TerminalDetector(exchange.dialect)
+                self._start_decoding()
             return False
         if kind != "http.response.body":
             return self.holding
         body: bytes = message.get("body", b"")
         if body:
-            if self.exchange.ttft_ms is None:
-                self.exchange.ttft_ms = round((time.perf_counter() - self.t0) * 1000, 2)
-            self.exchange.response_chunks.append(body)
+            if exchange.ttft_ms is None:
+                exchange.ttft_ms = round((time.perf_counter() - self.t0) * 1000, 2)
+            exchange.response_chunks.append(body)
             if self.detector is not None and not self.holding:
-                self.holding = self.detector.feed(body) is not None
+                text = self._decode(body)
+                if text:
+                    self.holding = self.detector.feed(text) is not None
+        if not message.get("more_body", False):
+            self.done = True
         return self.holding or not message.get("more_body", False)
+
+    def _start_decoding(self) -> None:
+        try:
+            self.decoder = decoder_for(self.exchange.content_encoding)
+        except DecodeError as exc:
+            self.exchange.decode_error = str(exc)
+            self.detector = None
+            return
+        if self.decoder is not None:
+            self.exchange.decoded_chunks = []
+
+    def _decode(self, body: bytes) -> bytes:
+        if self.decoder is None:
+            return body
+        try:
+            text = self.decoder.feed(body)
+        except DecodeError as exc:
+            self.exchange.decode_error = str(exc)
+            self.exchange.decoded_chunks = None
+            self.decoder = self.detector = None
+            return b""
+        assert self.exchange.decoded_chunks is not None
+        self.exchange.decoded_chunks.append(text)
+        return text
 
     def _finish(self) -> None:
         exchange = self.exchange
         exchange.latency_ms = round((time.perf_counter() - self.t0) * 1000, 2)
         exchange.completed_at = time.time()
+        state = self.scope.get("state", {})
+        exchange.transport_error = state.get(TRANSPORT_ERROR_KEY)
+        if state.get(CLIENT_GONE_KEY) and not self.done:
+            exchange.client_disconnected = True
         if self.detector is not None:
             exchange.terminal = self.detector.close()
-        exchange.transport_error = self.scope.get("state", {}).get(TRANSPORT_ERROR_KEY)
-
-    def _start_write(self, failure: BaseException | None) -> asyncio.Future[None]:
-        async def write() -> None:
-            await self.marked  # never raises: _mark guards itself
-            await asyncio.to_thread(self._write, failure)
-
-        return asyncio.ensure_future(write())
+        if self.decoder is not None and exchange.decoded_chunks is not None:
+            try:
+                exchange.decoded_chunks.append(self.decoder.flush())
+            except DecodeError as exc:
+                if not (exchange.client_disconnected or exchange.transport_error):
+                    exchange.decode_error = str(exc)  # a whole stream that does not decode
+                    exchange.decoded_chunks = None
 
     def _mark(self) -> None:
-        _guard(
-            lambda: mark_pending(self.store.root, self.rollout_id, self.exchange.model_call_id),
-            "mark the capture pending",
-        )
+        writer = self.owner.writer
+        if writer is not None:
+            if not writer.mark(self.rollout_id, self.exchange.model_call_id):
+                self.owner.counters.add("marker_failures")
+            return
+        call_id = self.exchange.model_call_id
+        _guard(lambda: mark_pending(self.store.root, self.rollout_id, call_id), "mark it pending")
+
+    def _start_write(self, failure: BaseException | None) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(self.owner.executor, self._write, failure)
 
     async def _record(self, write: asyncio.Future[None]) -> None:
         self.owner.detach(write)
         await asyncio.shield(write)
 
     def _write(self, failure: BaseException | None) -> None:
-        """Build and append the line (worker thread). Never raises: failures are counted."""
-        counters, root = self.owner.counters, self.store.root
-        call_id = self.exchange.model_call_id
+        """Build and append the line (writer thread). Never raises: failures are recorded."""
+        counters = self.owner.counters
         try:
             try:
-                written = self.store.record(self.rollout_id, self.exchange.line(failure))
+                written = self._append(self.exchange.line(failure))
             except LineEncodingError:
-                raw = self.exchange.line(failure, objects=False)
-                written = self.store.record(self.rollout_id, raw)
-            counters.add("calls_captured")
-            counters.add("bytes_written", written)
+                written = self._append(self.exchange.line(failure, objects=False))
+            counters.bump(calls_captured=1, bytes_written=written)
         except Exception as exc:
-            counters.add("capture_failures")
-            logger.warning("capture of call %s in rollout %s failed: %s", call_id,
-                           self.rollout_id, exc)  # fmt: skip
-            _guard(lambda: self.store.mark_incomplete(self.rollout_id), "mark it incomplete")
+            self._failed(exc)
         finally:
-            _guard(lambda: unmark_pending(root, self.rollout_id, call_id), "clear its marker")
+            self._unmark()
             counters.add("writes_outstanding", -1)
+
+    def _append(self, line: dict[str, object]) -> int:
+        try:
+            return self.store.record(self.rollout_id, line)
+        except CaptureStoreError as exc:
+            writer = self.owner.writer
+            if writer is None or not out_of_descriptors(exc):
+                raise
+            # Out of descriptors: free the spare one and try once more.
+            return writer.with_spare_descriptor(lambda: self.store.record(self.rollout_id, line))
+
+    def _failed(self, exc: Exception) -> None:
+        exchange, writer = self.exchange, self.owner.writer
+        self.owner.counters.add("capture_failures")
+        cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+        reason = os_reason(cause) if isinstance(cause, OSError) else str(exc)
+        limited.warning("capture-failed", "capture of call %s in rollout %s failed: %s",
+                        exchange.model_call_id, self.rollout_id, reason)  # fmt: skip
+        if writer is not None:
+            failure = CaptureFailure(
+                rollout_id=self.rollout_id, model_call_id=exchange.model_call_id,
+                dialect=exchange.dialect, started_at=exchange.started_at, failed_at=time.time(),
+                reason=reason, writer=writer.token,
+            )  # fmt: skip
+            _guard(lambda: writer.record_failure(failure), "log the capture failure")
+        _guard(lambda: self.store.mark_incomplete(self.rollout_id), "mark it incomplete")
+
+    def _unmark(self) -> None:
+        writer, call_id = self.owner.writer, self.exchange.model_call_id
+        if writer is not None:
+            _guard(lambda: writer.unmark(self.rollout_id, call_id), "clear its marker")
+        else:
+            _guard(lambda: unmark_pending(self.store.root, self.rollout_id, call_id),
+                   "clear its marker")  # fmt: skip
 
     async def _release(self, send: Send) -> None:
         if self.lookahead is not None:
@@ -263,4 +388,4 @@ def _guard(action: Callable[[], object], what: str) -> None:
     try:
         action()
     except (OSError, CaptureError, ValueError) as exc:
-        logger.warning("could not %s: %s", what, exc)
+        limited.warning(what, "could not %s: %s", what, exc)

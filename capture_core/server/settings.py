@@ -82,6 +82,12 @@ class CaptureSettings(BaseSettings):
     max_connections: int = Field(
         default=512, ge=1, description="connections kept open to the upstream worker"
     )
+    upstream_keepalive_s: float = Field(
+        default=4.0,
+        gt=0,
+        description="how long an idle upstream connection is kept for reuse (below the "
+        "worker's own keep-alive timeout, 5 s for uvicorn, so a reused one is never stale)",
+    )
     max_request_body_bytes: int = Field(
         default=64 * 1024 * 1024,
         ge=1,

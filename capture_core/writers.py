@@ -1,0 +1,164 @@
+"""A server process as the writer of one capture directory: its token, lock and failure log.
+
+When a capture server starts it registers in the directory:
+
+- ``.writers/<token>.lock``: created and held under an exclusive ``flock`` for the life of the
+  process (with the pid, host and start time inside, for people). Readers take the lock to
+  tell a live writer from a dead one (:func:`capture_core.pending.writer_alive`).
+- ``.failures/<token>.jsonl``: the failure log, opened at start-up and kept open, with disk
+  space reserved beyond its end. When a call's line cannot be written (no descriptors left, no
+  inodes, no space), a :class:`~capture_core.records.CaptureFailure` line goes here: that needs
+  no new descriptor, no new inode and, within the reservation, no new block. A restart opens a
+  new log and never touches the old ones.
+- ``.pending/``: held open as a directory descriptor, so markers are made relative to it.
+
+One spare descriptor is kept open too: when an append fails for want of descriptors, it is
+closed to make room for one more try.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import fcntl
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final, TypeVar
+
+import orjson
+
+from capture_core._locking import fsync_dir, write_all
+from capture_core.pending import LOCK_SUFFIX, PENDING_DIR, WRITERS_DIR, marker_name
+from capture_core.records import CaptureFailure
+
+__all__ = ["FAILURES_DIR", "FAILURE_LOG_SUFFIX", "CaptureWriter"]
+
+FAILURES_DIR: Final = ".failures"
+FAILURE_LOG_SUFFIX: Final = ".jsonl"
+RESERVED_BYTES: Final = 1 << 20  # ~4,000 failure lines
+_FALLOC_FL_KEEP_SIZE: Final = 1
+_OUT_OF_DESCRIPTORS: Final = frozenset({errno.EMFILE, errno.ENFILE})
+
+T = TypeVar("T")
+
+
+def _reserve(fd: int, size: int) -> bool:
+    """Allocate ``size`` bytes past the end of ``fd`` without growing it (Linux; best effort)."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        libc = ctypes.CDLL(name, use_errno=True)
+        fallocate = libc.fallocate
+    except (OSError, AttributeError):
+        return False
+    fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    start = os.fstat(fd).st_size
+    return bool(fallocate(fd, _FALLOC_FL_KEEP_SIZE, start, size) == 0)
+
+
+def out_of_descriptors(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it was raised from) is an ``EMFILE``/``ENFILE`` error."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in _OUT_OF_DESCRIPTORS:
+            return True
+        exc = exc.__cause__  # type: ignore[assignment]
+    return False
+
+
+class CaptureWriter:
+    """This process, registered as a writer of the capture directory ``root``.
+
+    Args:
+        root: the capture directory (it must exist).
+        reserve_bytes: disk space reserved for the failure log.
+
+    Raises:
+        OSError: the registration files cannot be created.
+
+    Example:
+        >>> writer = CaptureWriter(Path("/tmp/model-calls"))  # doctest: +SKIP
+        >>> writer.mark("0-0", "c0ffee"); writer.unmark("0-0", "c0ffee")  # doctest: +SKIP
+    """
+
+    def __init__(self, root: Path, *, reserve_bytes: int = RESERVED_BYTES) -> None:
+        self.root = Path(root)
+        self.token = uuid.uuid4().hex
+        for name in (PENDING_DIR, WRITERS_DIR, FAILURES_DIR):
+            (self.root / name).mkdir(exist_ok=True)
+        flags = os.O_CLOEXEC | os.O_NOFOLLOW
+        self._pending_dir = os.open(self.root / PENDING_DIR, os.O_RDONLY | os.O_DIRECTORY | flags)
+        lock_path = self.root / WRITERS_DIR / f"{self.token}{LOCK_SUFFIX}"
+        self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | flags, 0o644)
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        about = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": time.time()}
+        write_all(self._lock_fd, orjson.dumps(about) + b"\n")
+        self.failure_log = self.root / FAILURES_DIR / f"{self.token}{FAILURE_LOG_SUFFIX}"
+        self._failures = os.open(
+            self.failure_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | flags, 0o644
+        )
+        self.reserved = reserve_bytes > 0 and _reserve(self._failures, reserve_bytes)
+        os.fsync(self._failures)
+        for name in (FAILURES_DIR, WRITERS_DIR):
+            fsync_dir(self.root / name)
+        self._spare: int | None = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        self._spare_lock = threading.Lock()
+        self._failure_lock = threading.Lock()
+        self.failures_logged = 0
+
+    def mark(self, rollout_id: str, model_call_id: str) -> bool:
+        """Create the call's pending marker; ``False`` (never raises OSError) if it failed."""
+        name = marker_name(rollout_id, model_call_id, self.token)
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644,
+                         dir_fd=self._pending_dir)  # fmt: skip
+        except OSError:
+            return False
+        os.close(fd)
+        return True
+
+    def unmark(self, rollout_id: str, model_call_id: str) -> None:
+        """Remove the call's pending marker (a missing one is fine)."""
+        name = marker_name(rollout_id, model_call_id, self.token)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=self._pending_dir)
+
+    def with_spare_descriptor(self, action: Callable[[], T]) -> T:
+        """Run ``action`` with the spare descriptor freed (one more can be opened meanwhile)."""
+        with self._spare_lock:
+            if self._spare is not None:
+                os.close(self._spare)
+                self._spare = None
+            try:
+                return action()
+            finally:
+                with contextlib.suppress(OSError):
+                    self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+
+    def record_failure(self, failure: CaptureFailure) -> None:
+        """Append one failure to the log and make it durable.
+
+        Raises:
+            OSError: the log itself could not be written (the caller logs it).
+        """
+        line = orjson.dumps(failure.model_dump(mode="json")) + b"\n"
+        with self._failure_lock:
+            write_all(self._failures, line)
+            os.fdatasync(self._failures)
+            self.failures_logged += 1
+
+    def close(self) -> None:
+        """Close the registration (the lock file stays, for :func:`sweep_markers`). Idempotent."""
+        for name in ("_failures", "_lock_fd", "_pending_dir", "_spare"):
+            fd = getattr(self, name, None)
+            if fd is not None:
+                setattr(self, name, None)
+                with contextlib.suppress(OSError):
+                    os.close(fd)
