@@ -39,6 +39,7 @@ from capture_core.tokens import (
     entry_digest,
 )
 from capture_core.tokens import state as state_module
+from capture_core.tokens import store as store_module
 from tests.capture_core.tokens.entries import entry
 
 
@@ -279,6 +280,28 @@ def test_a_failed_index_write_after_a_durable_line_does_not_fail_the_put(
     assert _ids(store.freeze_now("r1").entries) == ["c1"]
 
 
+def test_a_state_write_cut_short_leaves_the_old_state_whole(
+    store: TokenCaptureStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The state is written to a temporary and renamed: a writer that dies mid-write (here:
+    the write fails after half the bytes) leaves the previous state, never half of one."""
+    store.append(entry("c1", [1], [2]))
+    before = store.path_for("r1", STATE_SUFFIX).read_bytes()
+
+    def half(fd: int, data: bytes) -> None:
+        os.write(fd, data[: len(data) // 2])
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(state_module, "write_all", half)
+    with pytest.raises(OSError, match="Input/output error"):
+        store.freeze_now("r1")  # a durable write
+    assert store.path_for("r1", STATE_SUFFIX).read_bytes() == before
+    assert not [p for p in store.root.iterdir() if p.name.startswith(".tokens-state-")]
+    monkeypatch.undo()
+    assert not store.state("r1").frozen
+    assert _ids(store.freeze_now("r1").entries) == ["c1"]
+
+
 # --- torn tails ------------------------------------------------------------------------------
 
 
@@ -485,16 +508,31 @@ def test_delete_removes_records_and_marks_and_is_idempotent(store: TokenCaptureS
     assert not store.delete("never-used")
 
 
-def test_a_delete_cut_short_is_refused_loudly_then_finished(store: TokenCaptureStore) -> None:
-    """Entries go first and the state last: a delete cut short never lets a fresh state adopt
-    the old entries."""
-    store.append(entry("c1", [1], [2]))
-    store.path_for("r1").unlink()  # as if killed right after the first unlink
-    with pytest.raises(TokenStoreDamagedError):
-        store.append(entry("c2", [1], [2]))
-    store.delete("r1")
-    store.append(entry("c2", [1], [2]))
-    assert _ids(store.read_entries("r1")) == ["c2"]
+def test_a_delete_cut_short_never_lets_old_entries_into_a_new_attempt(
+    store: TokenCaptureStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Entries go first and the state last: a delete cut short after its first unlink leaves
+    an index naming missing bytes (refused loudly), never old entries a fresh state would
+    adopt as the new attempt's."""
+    store.append(entry("old", [1], [2]))
+    real = store_module.unlink_if_present
+    calls: list[Path] = []
+
+    def dies_after_one(path: Path) -> bool:
+        if calls:
+            raise KeyboardInterrupt  # the process "dies" here
+        calls.append(path)
+        return real(path)
+
+    monkeypatch.setattr(store_module, "unlink_if_present", dies_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        store.delete("r1")
+    monkeypatch.undo()
+    with pytest.raises(TokenStoreDamagedError, match="index offset"):
+        store.append(entry("new", [5], [6]))
+    store.delete("r1")  # running the delete again finishes it
+    store.append(entry("new", [5], [6]))
+    assert _ids(store.freeze_now("r1").entries) == ["new"]
 
 
 # --- sweep ------------------------------------------------------------------------------------

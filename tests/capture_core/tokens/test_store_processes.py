@@ -242,8 +242,24 @@ class _Rollout:
         )
 
 
-def _kill_batch(rollout: _Rollout, first_child: int, count: int, rng: random.Random) -> None:
-    """Start ``count`` writers on the rollout at once, let them run a moment, SIGKILL all."""
+def _mid_write(path: Path) -> bool:
+    """Whether the entries file ends inside a line: some writer is (or was) mid-write."""
+    try:
+        with path.open("rb") as file:
+            file.seek(-1, os.SEEK_END)
+            return file.read(1) != b"\n"
+    except (FileNotFoundError, OSError):
+        return False
+
+
+def _kill_batch(
+    rollout: _Rollout, first_child: int, count: int, rng: random.Random, *, targeted: bool
+) -> None:
+    """Start ``count`` writers on the rollout at once, let them run, SIGKILL them all.
+
+    At a random moment, or (``targeted``) as soon as the entries file is seen to end inside a
+    line (a big line being written), within a bounded wait.
+    """
     pipes = [CTX.Pipe(duplex=False) for _ in range(count)]
     root = str(rollout.store.root)
     processes = [
@@ -257,7 +273,13 @@ def _kill_batch(rollout: _Rollout, first_child: int, count: int, rng: random.Ran
             sender.close()
             assert receiver.poll(WAIT), "child never became ready"
             assert receiver.recv() == "ready"
-        time.sleep(rng.uniform(0.0, 0.06))
+        if targeted:
+            path = rollout.store.path_for(rollout.rollout_id)
+            until = time.monotonic() + 0.25
+            while not _mid_write(path) and time.monotonic() < until:
+                time.sleep(0.0005)
+        else:
+            time.sleep(rng.uniform(0.0, 0.06))
     finally:
         for process in processes:
             if process.pid is not None:
@@ -278,9 +300,10 @@ def _kill_batch(rollout: _Rollout, first_child: int, count: int, rng: random.Ran
 def test_sigkill_mid_append_loses_no_acknowledged_entry(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Writers (four at a time, contending for the rollout's lock) are SIGKILLed at random
-    moments, >= 200 of them: the state file is always whole, the store always takes the next
-    append (cutting a torn line with a warning), and no acknowledged entry is ever lost."""
+    """Writers (four at a time, contending for the rollout's lock) are SIGKILLed, >= 200 of
+    them, half the batches at a random moment and half as soon as a line is seen half-written:
+    the state file is always whole, the store always takes the next append (cutting a torn
+    line with a warning), and no acknowledged entry is ever lost."""
     rng = random.Random(20260903)
     store = TokenCaptureStore(tmp_path)
     per_batch, min_kills, max_kills, per_rollout = 4, 200, 800, 24
@@ -294,7 +317,7 @@ def test_sigkill_mid_append_loses_no_acknowledged_entry(
             if rollouts:
                 rollouts[-1].check_and_retire()
             rollouts.append(_Rollout(store, f"crash-{len(rollouts)}"))
-        _kill_batch(rollouts[-1], kills, per_batch, rng)
+        _kill_batch(rollouts[-1], kills, per_batch, rng, targeted=kills % (2 * per_batch) != 0)
         rollouts[-1].check_after_kills(caplog, kills)
         kills += per_batch
     rollouts[-1].check_and_retire()
