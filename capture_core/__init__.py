@@ -32,7 +32,14 @@ from capture_core.exceptions import (
     InvalidRecordError,
     InvalidRolloutIdError,
     LineEncodingError,
+    MaskFractionExceededError,
     RolloutRetiredError,
+    TokenBuildError,
+    TokenCaptureConfigError,
+    TokenCaptureFrozenError,
+    TokenCaptureRetiredError,
+    TokenEntryConflictError,
+    TokenStoreDamagedError,
 )
 from capture_core.ids import (
     MAX_ROLLOUT_ID_LENGTH,
@@ -93,6 +100,16 @@ from capture_core.store import (
     parse_capture,
     paused_gc,
 )
+from capture_core.tokens import (
+    TokenCaptureSnapshot,
+    TokenCaptureStore,
+    TokenDelivery,
+    TokenEntry,
+    TokenIdCaptureConfig,
+    TokenIdCaptureSettings,
+    TokenSink,
+    TokenSource,
+)
 
 __version__ = "0.1.0"
 
@@ -122,6 +139,7 @@ __all__ = [
     "LedgerCorruptError",
     "LineEncodingError",
     "LineageStore",
+    "MaskFractionExceededError",
     "ModelCallCaptureAttachment",
     "ModelCallMetrics",
     "ModelCallRecord",
@@ -138,7 +156,21 @@ __all__ = [
     "SSEParser",
     "StreamReassembly",
     "TerminalDetector",
+    "TokenBuildError",
+    "TokenCaptureConfigError",
+    "TokenCaptureFrozenError",
+    "TokenCaptureRetiredError",
+    "TokenCaptureSnapshot",
+    "TokenCaptureStore",
+    "TokenDelivery",
+    "TokenEntry",
+    "TokenEntryConflictError",
+    "TokenIdCaptureConfig",
+    "TokenIdCaptureSettings",
+    "TokenSink",
+    "TokenSource",
     "TokenStats",
+    "TokenStoreDamagedError",
     "ToolCall",
     "aggregate_model_call_metrics",
     "aggregate_model_call_records",

@@ -8,6 +8,7 @@ import capture_core
 import capture_core.server
 import capture_core.staging
 import capture_core.testing
+import capture_core.tokens
 import ngcapture_viz
 
 HEAVY = ("polars", "plotly", "ipywidgets", "wandb")
@@ -20,7 +21,7 @@ def _isort_key(name: str) -> tuple[int, str]:
 
 def test_public_names_are_sorted_and_exist() -> None:
     modules = (capture_core, capture_core.server, capture_core.staging, capture_core.testing,
-               ngcapture_viz)  # fmt: skip
+               capture_core.tokens, ngcapture_viz)  # fmt: skip
     for module in modules:
         names = list(module.__all__)
         assert names == sorted(names, key=_isort_key), module.__name__
