@@ -24,7 +24,9 @@ __all__ = [
     "PERCENTILES",
     "TOKEN_METRICS",
     "calls_over_time",
+    "coverage",
     "error_rates",
+    "latency_distribution",
     "latency_percentiles",
     "throughput_summary",
     "time_interval",
@@ -106,6 +108,53 @@ def latency_percentiles(calls: pl.DataFrame, by: Sequence[str] = DEFAULT_BY) -> 
     return _per_metric(calls, by, LATENCY_METRICS, stats, LATENCY_SCHEMA)
 
 
+DISTRIBUTION_SCHEMA: Final = pl.Schema(
+    {"metric": pl.String(), "share": pl.Float64(), "value": pl.Float64(), "n_reported": pl.Int64()}
+)
+
+
+def latency_distribution(
+    calls: pl.DataFrame, by: Sequence[str] = DEFAULT_BY, *, points: int = 51
+) -> pl.DataFrame:
+    """The empirical distribution (ECDF) of total latency and TTFT per group, at ``points`` shares.
+
+    One row per group, metric and share ``q`` in ``[0, 1]``: ``value`` is the linear-interpolated
+    quantile ``q`` of the reported values (null when the group reported none), so ``share`` of
+    the group's reporting calls took at most ``value`` ms. Drawn against each other they are the
+    ECDF; the size does not grow with the calls (``points`` rows per group and metric).
+
+    Example:
+        >>> latency_distribution(run.calls, ("run",), points=11)  # doctest: +SKIP
+    """
+    keys = _check_by(calls, by)
+    shares = [i / (points - 1) for i in range(points)] if points > 1 else [0.5]
+    parts = []
+    for metric in LATENCY_METRICS:
+        # One sort per group, then every share read off it with linear interpolation
+        # (what quantile(q, "linear") computes, without sorting again for each share).
+        ordered = _group(
+            calls,
+            keys,
+            [pl.col(metric).drop_nulls().sort().cast(pl.Float64).alias("_sorted")],
+        )
+        last = pl.col("_sorted").list.len().cast(pl.Float64) - 1
+        values = []
+        for q in shares:
+            position = last * q
+            low = position.floor()
+            below = pl.col("_sorted").list.get(low.cast(pl.Int64), null_on_oob=True)
+            above = pl.col("_sorted").list.get(position.ceil().cast(pl.Int64), null_on_oob=True)
+            values.append(below + (above - below) * (position - low))
+        grouped = ordered.with_columns(
+            pl.concat_list(values).alias("value"),
+            pl.col("_sorted").list.len().cast(pl.Int64).alias("n_reported"),
+            pl.lit(metric).alias("metric"),
+            pl.lit(shares, pl.List(pl.Float64())).alias("share"),
+        ).drop("_sorted")
+        parts.append(_typed(grouped.explode("value", "share"), keys, DISTRIBUTION_SCHEMA))
+    return _sorted(pl.concat(parts), [*keys, "metric"], metric_order=LATENCY_METRICS)
+
+
 def token_summary(calls: pl.DataFrame, by: Sequence[str] = DEFAULT_BY) -> pl.DataFrame:
     """Sum, mean, p50 and p95 of each token count per group, over reported values only.
 
@@ -178,6 +227,22 @@ def error_rates(calls: pl.DataFrame, by: Sequence[str] = ("run",)) -> pl.DataFra
     return _sorted(rows, [*keys, "error_category"])
 
 
+COVERAGE_SCHEMA: Final = pl.Schema({"metric": pl.String(), **_COVERAGE})
+
+
+def coverage(
+    calls: pl.DataFrame, metrics: Sequence[str] = TOKEN_METRICS, by: Sequence[str] = ("run",)
+) -> pl.DataFrame:
+    """How many calls of each group reported each metric: ``n_calls``, ``n_reported``, share.
+
+    The counting part of ``token_summary`` (no sums or quantiles), for titles and hovers.
+
+    Example:
+        >>> coverage(run.calls, ["tokens_in"])  # doctest: +SKIP
+    """
+    return _per_metric(calls, by, metrics, _coverage, COVERAGE_SCHEMA)
+
+
 def _coverage(metric: str) -> list[pl.Expr]:
     reported = pl.col(metric).is_not_null().sum().cast(pl.Int64)
     return [
@@ -234,7 +299,7 @@ def _sorted(
             exprs.append(pl.col(key).cast(pl.String))
     if not exprs:
         return frame
-    return frame.sort(exprs, nulls_last=True)
+    return frame.sort(exprs, nulls_last=True, maintain_order=True)
 
 
 def _check_by(calls: pl.DataFrame, by: Sequence[str]) -> list[str]:

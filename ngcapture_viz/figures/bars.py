@@ -1,4 +1,4 @@
-"""Percentile bars by group: latency and TTFT percentiles, and output tokens per second.
+"""Percentile bars by group: output tokens per second (latency is a distribution: ``latency``).
 
 One bar per percentile and group (run · model · dialect), each group labelled with its
 coverage (how many calls reported the metric). From ``HORIZONTAL_FROM`` groups on the bars lie
@@ -6,7 +6,7 @@ down, one labelled row per group, and the figure grows with them instead of sque
 
 Example:
     >>> by = ["run", "model"]
-    >>> latency_figure(latency_percentiles(run.calls, by), by)  # doctest: +SKIP
+    >>> throughput_figure(throughput_summary(run.calls, by), by)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -16,16 +16,13 @@ from typing import Any, Final
 
 import plotly.graph_objects as go
 import polars as pl
-from plotly.subplots import make_subplots
 
 from ngcapture_viz.display.figure import Figure
-from ngcapture_viz.stats import LATENCY_METRICS, PERCENTILES
 
 __all__ = [
     "COVERAGE_HOVER",
     "HORIZONTAL_FROM",
     "group_labels",
-    "latency_figure",
     "throughput_figure",
 ]
 
@@ -34,7 +31,6 @@ COVERAGE_HOVER: Final = "reported by %{customdata[0]:,} / %{customdata[1]:,} cal
 
 #: From this many groups on, the percentile bars lie down (one readable row per group).
 HORIZONTAL_FROM: Final = 7
-_PERCENTILE_COLORS: Final = {"p50": "#636efa", "p90": "#ef553b", "p95": "#00cc96", "p99": "#ab63fa"}
 
 
 def group_labels(table: pl.DataFrame, by: Sequence[str]) -> list[str]:
@@ -45,53 +41,9 @@ def group_labels(table: pl.DataFrame, by: Sequence[str]) -> list[str]:
     return table.select(pl.concat_str(parts, separator=" · ")).to_series().to_list()
 
 
-def latency_figure(table: pl.DataFrame, by: Sequence[str]) -> go.Figure:
-    """p50/p90/p95/p99 of total latency and TTFT per group (``stats.latency_percentiles``).
-
-    Up to ``HORIZONTAL_FROM - 1`` groups the bars stand side by side; with more (many models,
-    dialects or runs) they lie down, one labelled row per group, and the figure grows with them.
-    """
-    groups = table.filter(pl.col("metric") == LATENCY_METRICS[0]).height
-    horizontal = groups >= HORIZONTAL_FROM
-    fig = make_subplots(
-        figure=Figure(),
-        rows=2,
-        cols=1,
-        subplot_titles=LATENCY_METRICS,
-        vertical_spacing=0.25 if not horizontal else 0.08,
-    )
-    for row, metric in enumerate(LATENCY_METRICS, start=1):
-        rows = table.filter(pl.col("metric") == metric)
-        labels = _labels_with_coverage(rows, by)
-        for name in PERCENTILES:
-            fig.add_trace(
-                _bar(
-                    labels,
-                    rows[name].to_list(),
-                    horizontal=horizontal,
-                    name=name,
-                    legendgroup=name,
-                    showlegend=row == 1,
-                    marker_color=_PERCENTILE_COLORS[name],  # same colour in both panels
-                    customdata=_coverage_data(rows),
-                    hovertemplate=_hover(name, "ms", horizontal=horizontal),
-                ),
-                row=row,
-                col=1,
-            )
-    fig.update_layout(
-        title="Latency percentiles (ms) by " + ", ".join(by) + "; coverage under each group",
-        barmode="group",
-    )
-    _value_axis(fig, "ms", horizontal=horizontal)
-    if horizontal:
-        fig.update_layout(height=_lying_height(groups, len(PERCENTILES), panels=2))
-    return fig
-
-
 def throughput_figure(table: pl.DataFrame, by: Sequence[str]) -> go.Figure:
     """p50 and p95 of output tokens per second per group (``stats.throughput_summary``);
-    lying bars from ``HORIZONTAL_FROM`` groups on, like ``latency_figure``."""
+    lying bars from ``HORIZONTAL_FROM`` groups on."""
     labels = _labels_with_coverage(table, by)
     horizontal = table.height >= HORIZONTAL_FROM
     fig = Figure()

@@ -26,11 +26,11 @@ from typing import Any, Final
 
 import plotly.graph_objects as go
 import polars as pl
-from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from capture_core import GapCode
 from ngcapture_viz.display.figure import Figure
+from ngcapture_viz.figures.style import run_colors
 from ngcapture_viz.frames.gaps import GAPS, AnalysisGap, gap_meaning
 from ngcapture_viz.run import CaptureRun
 
@@ -131,9 +131,9 @@ class GapReport:
             horizontal_spacing=0.28,
         )
         runs = self.summary["run"].cast(pl.String).unique(maintain_order=True).to_list()
-        palette = qualitative.Plotly
-        for i, run in enumerate(runs):
-            color = palette[i % len(palette)]
+        colors = run_colors(runs)
+        for run in runs:
+            color = colors[run]
             codes = self.by_code.filter(pl.col("run").cast(pl.String) == run)
             fig.add_trace(
                 go.Bar(

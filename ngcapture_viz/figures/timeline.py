@@ -2,7 +2,9 @@
 
 ``timeline(run, rollout_id)`` draws every call of a rollout as a horizontal bar from
 ``started_at`` to ``completed_at`` (milliseconds since the rollout's first call started), in
-lanes assigned by :func:`assign_lanes` so that overlapping calls never share one. The TTFT point
+lanes assigned by :func:`assign_lanes` so that overlapping calls never share one (call order
+and timestamps do not prove causality: :data:`CAUSALITY_NOTE`, said once where timelines are
+shown, not under each one). The TTFT point
 sits inside each streamed call's bar, bars are coloured by ``outcome``, idle spans (no call in
 flight) are shaded, and the rollout's gaps are listed on the chart.
 
@@ -56,6 +58,7 @@ OUTCOME_COLORS: Final[Mapping[str, str]] = {
     "connection": "#17becf",
     "exception": "#393b79",
     "capture_parse_error": "#636363",
+    "client_disconnected": "#fd8d3c",
 }
 
 _MANY_CALLS: Final = 40  # above this: no per-bar text, no bar outlines
@@ -148,7 +151,7 @@ def timeline(run: CaptureRun, rollout_id: str, *, run_label: str | None = None) 
     _add_bars(fig, placed)
     _add_ttft(fig, placed)
     _add_damaged_markers(fig, gaps, placed)
-    notes = [("causality", CAUSALITY_NOTE)]
+    notes: list[tuple[str, str]] = []  # the causality caveat is said once, by the report
     if unplaced.height:
         notes.append(("unplaced", unplaced_note(unplaced)))
     if gaps.height:

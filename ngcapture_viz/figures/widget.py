@@ -1,20 +1,21 @@
 """The interactive dashboard: filters for run, model, dialect, outcome and time over live figures.
 
-The widget holds the static dashboard's figures (``ngcapture_viz.figures.dashboard``). A filter
-change recomputes the aggregates in Polars and writes the new trace data into the same
-``go.FigureWidget`` objects (inside ``batch_update``): no widget is replaced, so the notebook
-layout, zoom and legend state stay where the user left them.
+The widget draws the static dashboard's figures (``ngcapture_viz.figures.dashboard``) in one
+light :class:`~ngcapture_viz.figures.panel.FigurePanel`: its state is the figures' JSON, and
+plotly.js crosses the websocket at most once per page. A filter change recomputes the
+aggregates in Polars and sends the new figures; the panel redraws them in place
+(``Plotly.react``), so zoom and legend clicks of an unchanged figure stay. The time slider
+sends its value when released, not at every step.
 
 Example:
     >>> dash = CaptureDashboard(ngv.open_run("results/demo/ckpt-100/model-calls"))  # doctest: +SKIP
-    >>> dash.widget()  # doctest: +SKIP
+    >>> dash  # the widget  # doctest: +SKIP
     >>> dash.filters["model"].value = ("sim-model-1",)  # the figures follow  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import html
-import importlib.util
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Final
@@ -23,27 +24,25 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import polars as pl
 
-from ngcapture_viz.exceptions import MissingExtraError
-from ngcapture_viz.figures.dashboard import (
-    calls_over_time_figure,
-    error_figure,
-    latency_figure,
-    reward_figure,
-    throughput_figure,
-    token_figure,
-)
+from ngcapture_viz.figures.bars import throughput_figure
+from ngcapture_viz.figures.latency import latency_figure
+from ngcapture_viz.figures.over_time import calls_over_time_figure, error_figure
+from ngcapture_viz.figures.panel import FigurePanel
+from ngcapture_viz.figures.reward import reward_figure
+from ngcapture_viz.figures.tokens import token_figure
 from ngcapture_viz.run import CaptureRun, stack_runs
 from ngcapture_viz.stats import (
     DEFAULT_BY,
     LATENCY_METRICS,
     TOKEN_METRICS,
     calls_over_time,
+    coverage,
     error_rates,
+    latency_distribution,
     latency_percentiles,
     throughput_summary,
     time_interval,
     token_histogram,
-    token_summary,
 )
 
 __all__ = ["CaptureDashboard"]
@@ -51,7 +50,7 @@ __all__ = ["CaptureDashboard"]
 CHOICE_FILTERS: Final = ("run", "model", "dialect", "outcome")
 #: Title note of the reward figure while a filter other than ``run`` selects its rollouts.
 REWARD_SELECTION_NOTE: Final = (
-    "<br><sup>rollouts with a call matching the filters; totals over all their calls</sup>"
+    "rollouts with a call matching the filters; totals over all their calls"
 )
 
 
@@ -73,19 +72,21 @@ class CaptureDashboard:
         runs: a ``CaptureRun`` (single or stacked) or a list of them (stacked here).
         time_steps: the positions of the time-range slider.
         max_points: the most points any one reward trace may hold (rollouts are sampled above
-            it, as in ``dashboard``).
+            it, as in ``dashboard``; lower than there, to keep the widget's state small).
 
     Attributes:
         filters: ``run``, ``model``, ``dialect``, ``outcome`` (``SelectMultiple``) and ``time``
             (``SelectionRangeSlider`` over ``started_at``); set their ``value`` to filter.
-        figure_widgets: ``latency``, ``throughput``, ``tokens``, ``over_time``, ``errors``,
-            ``reward`` (``go.FigureWidget``, in the order the widget shows them).
+        figures: ``latency``, ``throughput``, ``tokens``, ``over_time``, ``errors``,
+            ``reward``: the figures drawn now (``go.Figure``, in the order the widget shows them).
+        panel: the :class:`FigurePanel` that draws them.
+        time_readout: the chosen time range, in full (the slider shows no readout of its own).
         summary: an ``HTML`` widget with the calls shown and each metric's coverage.
 
     Example:
         >>> dash = CaptureDashboard([run_a, run_b])  # doctest: +SKIP
         >>> dash.filters["run"].value = ("ckpt-200",)  # doctest: +SKIP
-        >>> dash.figure_widgets["latency"].data[0].y  # doctest: +SKIP
+        >>> dash.figures["latency"].data[1].x  # the percentile marks  # doctest: +SKIP
     """
 
     def __init__(
@@ -93,13 +94,8 @@ class CaptureDashboard:
         runs: CaptureRun | Sequence[CaptureRun],
         *,
         time_steps: int = 100,
-        max_points: int = 20_000,
+        max_points: int = 5_000,
     ) -> None:
-        if importlib.util.find_spec("anywidget") is None:
-            raise MissingExtraError(
-                "the interactive dashboard needs plotly's FigureWidget, which needs anywidget: "
-                "pip install anywidget"
-            )
         run = runs if isinstance(runs, CaptureRun) else stack_runs(list(runs))
         self.calls: pl.DataFrame = run.calls
         self.rollouts: pl.DataFrame = run.rollouts
@@ -114,22 +110,31 @@ class CaptureDashboard:
             for name in CHOICE_FILTERS
         }
         self.filters["time"] = _time_slider(self.calls, steps=time_steps)
-        self.figure_widgets: dict[str, go.FigureWidget] = {
-            name: go.FigureWidget(fig) for name, fig in self._figures(self.calls).items()
-        }
+        self.time_readout = widgets.HTML(self._time_text())
+        self.figures: dict[str, go.Figure] = self._figures(self.calls)
+        self.panel = FigurePanel(layout=widgets.Layout(width="100%"))
+        self.panel.show(self.figures)
         self.summary = widgets.HTML(self._summary(self.calls))
         for control in self.filters.values():
             control.observe(self._on_change, names="value")
         self._box: widgets.VBox | None = None
 
     def widget(self) -> widgets.VBox:
-        """The dashboard as one ``VBox``: filters, coverage summary, then the figures."""
+        """The dashboard as one ``VBox``: filters, time range, coverage summary, the figures."""
         if self._box is None:
-            choices = widgets.HBox([self.filters[name] for name in CHOICE_FILTERS])
+            choices = widgets.HBox(
+                [self.filters[name] for name in CHOICE_FILTERS],
+                layout=widgets.Layout(flex_flow="row wrap"),
+            )
             self._box = widgets.VBox(
-                [choices, self.filters["time"], self.summary, *self.figure_widgets.values()]
+                [choices, self.filters["time"], self.time_readout, self.summary, self.panel],
+                layout=widgets.Layout(width="100%"),
             )
         return self._box
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
+        bundle: dict[str, Any] | None = self.widget()._repr_mimebundle_(**kwargs)
+        return bundle
 
     def filtered_calls(self) -> pl.DataFrame:
         """The calls the current filters keep."""
@@ -153,11 +158,23 @@ class CaptureDashboard:
         return self._rollouts_of(self.filtered_calls())
 
     def refresh(self) -> None:
-        """Recompute every figure and the summary from the current filters, in place."""
+        """Recompute every figure and the summary from the current filters, and send them."""
         calls = self.filtered_calls()
-        for name, fresh in self._figures(calls).items():
-            _update_in_place(self.figure_widgets[name], fresh)
+        self.figures = self._figures(calls)
+        self.panel.show(self.figures)
         self.summary.value = self._summary(calls)
+        self.time_readout.value = self._time_text()
+
+    def _time_text(self) -> str:
+        slider = self.filters["time"]
+        start, end = slider.value
+        if start is None:
+            return "<i>no call has a start time</i>"
+        whole = slider.index == (0, len(slider.options) - 1)
+        return (
+            f"started_at from <b>{html.escape(start.isoformat(sep=' '))}</b> to "
+            f"<b>{html.escape(end.isoformat(sep=' '))}</b>" + (" (every call)" if whole else "")
+        )
 
     def _selects_by_call(self) -> bool:
         """Whether a filter other than ``run`` is set (it selects rollouts by their calls)."""
@@ -196,13 +213,16 @@ class CaptureDashboard:
         histogram = token_histogram(calls)
         reward = reward_figure(self._rollouts_of(calls), self.runs, max_points=self._max_points)
         if self._selects_by_call():
-            reward.update_layout(title_text=reward.layout.title.text + REWARD_SELECTION_NOTE)
+            subtitle = reward.layout.title.subtitle
+            subtitle.text = f"{subtitle.text}<br>{REWARD_SELECTION_NOTE}"
         return {
-            "latency": latency_figure(latency_percentiles(calls, by), by),
+            "latency": latency_figure(
+                latency_percentiles(calls, by), by, distribution=latency_distribution(calls, by)
+            ),
             "throughput": throughput_figure(throughput_summary(calls, by), by),
-            "tokens": token_figure(histogram, token_summary(calls, ("run",)), self.runs),
+            "tokens": token_figure(histogram, coverage(calls), self.runs),
             "over_time": calls_over_time_figure(
-                calls_over_time(calls, interval=self._interval), self.runs
+                calls_over_time(calls, interval=self._interval), self.runs, interval=self._interval
             ),
             "errors": error_figure(error_rates(calls, ("run",)), self.runs),
             "reward": reward,
@@ -239,27 +259,7 @@ def _time_slider(calls: pl.DataFrame, *, steps: int) -> widgets.SelectionRangeSl
         options=options,
         index=(0, len(options) - 1),
         description="started_at",
+        readout=False,  # cut at the slider's width: the dashboard's time_readout says it all
+        continuous_update=False,  # dragging recomputes once, on release
         layout=widgets.Layout(width="95%"),
     )
-
-
-def _update_in_place(target: go.FigureWidget, fresh: go.Figure) -> None:
-    """Write ``fresh``'s trace data, titles and categories into ``target``.
-
-    The figure builders draw the same traces whatever the data (one per run, percentile...,
-    empty when nothing is left), so old and new traces pair one to one.
-    """
-    with target.batch_update():
-        for old, new in zip(target.data, fresh.data, strict=True):
-            props = new.to_plotly_json()
-            props.pop("type", None)
-            old.update(props, overwrite=True)
-        target.layout.title = fresh.layout.title
-        target.layout.annotations = fresh.layout.annotations
-        target.layout.xaxis.categoryarray = fresh.layout.xaxis.categoryarray
-        # Percentile bars lie down past a number of groups: follow the axes and the height.
-        target.layout.height = fresh.layout.height
-        for axis in ("xaxis", "yaxis", "xaxis2", "yaxis2"):
-            if axis in target.layout and axis in fresh.layout:
-                target.layout[axis].title = fresh.layout[axis].title
-                target.layout[axis].autorange = fresh.layout[axis].autorange

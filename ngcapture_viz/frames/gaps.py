@@ -46,6 +46,12 @@ GAP_MEANINGS: Final[Mapping[str, str]] = {
     ),
     GapCode.MODEL_CALL_CAPTURE_UNREADABLE: "the rollout's capture file could not be read",
     GapCode.MODEL_CALL_CAPTURE_PENDING: "a capture write had not landed (pending marker)",
+    GapCode.MODEL_CALL_CAPTURE_LOST: (
+        "a call's capture write was started by a server process that died before it landed"
+    ),
+    GapCode.MODEL_CALL_CAPTURE_FAILED: (
+        "a call was served but its capture line could not be written (one gap per call)"
+    ),
     GapCode.TRAJECTORY_PROJECTION_FAILED: "the ng_trajectory projection failed",
     AnalysisGap.DAMAGED_LINE: "a capture line is not a readable record (torn, bad JSON, bad field)",
     AnalysisGap.FOREIGN_FILE: "a file in the capture directory is not part of the store",

@@ -17,6 +17,8 @@ from ngcapture_viz.figures.dashboard import (
     latency_figure,
     throughput_figure,
 )
+from ngcapture_viz.figures.reward import MAX_BINS, MIN_PER_BIN
+from ngcapture_viz.figures.tokens import constant_value
 from ngcapture_viz.frames import CALLS
 from ngcapture_viz.stats import (
     ANY_ERROR,
@@ -28,7 +30,7 @@ from ngcapture_viz.stats import (
     token_histogram,
     token_summary,
 )
-from tests.ngcapture_viz.conftest import bar_labels, bar_values
+from tests.ngcapture_viz.conftest import bar_values
 
 
 @pytest.fixture(scope="module")
@@ -145,16 +147,19 @@ def test_token_figure_bars_equal_histogram_with_coverage_titles(stacked: ngv.Cap
     dash = dashboard(stacked)
     fig, histogram = dash.figures["tokens"], dash.tables["token_histogram"]
     calls = stacked.calls
-    titles = [a.text for a in fig.layout.annotations]
+    titles = [a.text for a in fig.layout.annotations][: len(TOKEN_METRICS)]
     for metric, title in zip(TOKEN_METRICS, titles, strict=True):
         n = calls[metric].is_not_null().sum()
-        assert title == f"{metric} (reported by {n:,} / {calls.height:,} calls)"
+        assert title == f"{metric} · {n:,}/{calls.height:,} reported"
     traces = iter(fig.data)
     for metric in TOKEN_METRICS:
         for run in ("a", "b"):
             trace = next(traces)
             assert trace.name == run
             rows = histogram.filter((pl.col("metric") == metric) & (pl.col("run") == run))
+            if constant_value(histogram, metric) is not None:  # "all N" instead of a bar
+                assert list(trace.x) == []
+                continue
             assert list(trace.x) == rows["bin_start"].to_list()
             assert list(trace.y) == rows["count"].to_list()
             reported = calls.filter(pl.col("run") == run)[metric].is_not_null().sum()
@@ -171,23 +176,53 @@ def test_token_histogram_bins_hold_every_reported_value(stacked: ngv.CaptureRun)
     assert rows["count"].sum() == values.len()
 
 
-def test_latency_figure_plots_the_percentile_table(stacked: ngv.CaptureRun) -> None:
+def test_latency_figure_draws_each_groups_ecdf_with_its_percentiles(
+    stacked: ngv.CaptureRun,
+) -> None:
     dash = dashboard(stacked)
     table, fig = dash.tables["latency"], dash.figures["latency"]
-    assert [t.name for t in fig.data] == [*PERCENTILES] * 2
-    for i, metric in enumerate(("latency_total_ms", "latency_ttft_ms")):
+    distribution = dash.tables["latency_distribution"]
+    colors = {"a": fig.data[0].line.color}
+    traces = iter(fig.data)
+    for metric in ("latency_total_ms", "latency_ttft_ms"):
         rows = table.filter(pl.col("metric") == metric)
-        for j, name in enumerate(PERCENTILES):
-            trace = fig.data[i * 4 + j]
-            assert bar_values(trace) == rows[name].to_list()
-            assert [list(c) for c in trace.customdata] == [
-                list(r) for r in rows.select("n_reported", "n_calls").rows()
-            ]
-        first = rows.row(0, named=True)
-        assert bar_labels(fig.data[i * 4])[0] == (
-            f"{first['run']} · {first['model']} · {first['dialect']}"
-            f"<br>{first['n_reported']:,}/{first['n_calls']:,} reported"
+        for group in rows.iter_rows(named=True):
+            curve, marks = next(traces), next(traces)
+            label = f"{group['run']} · {group['model']} · {group['dialect']}"
+            assert curve.meta == {"kind": "ecdf", "group": label, "metric": metric}
+            assert label in curve.name and f"{group['n_reported']:,}/" in curve.name
+            points = distribution.filter(
+                pl.col("metric") == metric,
+                pl.col("run") == group["run"],
+                pl.col("model") == group["model"],
+                pl.col("dialect") == group["dialect"],
+                pl.col("value").is_not_null(),
+            )
+            assert list(curve.x) == points["value"].to_list()
+            assert list(curve.y) == points["share"].to_list()
+            assert list(curve.y) == sorted(curve.y) and list(curve.x) == sorted(curve.x)
+            assert marks.meta["kind"] == "percentiles"
+            assert list(marks.x) == [group[p] for p in PERCENTILES]
+            assert list(marks.y) == list(PERCENTILES.values())
+            if curve.x:  # each mark lies on its curve: p50 is the curve at 50 %
+                assert marks.x[0] == pytest.approx(
+                    points.filter(pl.col("share") == 0.5)["value"][0]
+                )
+            colors.setdefault(group["run"], curve.line.color)
+            assert curve.line.color == marks.marker.color == colors[group["run"]]
+    assert len(set(colors.values())) == 2  # one colour per run
+    # The distribution matches Polars' own quantiles at every share.
+    calls = stacked.calls.filter(pl.col("run") == "a")
+    for share in (0.0, 0.3, 0.5, 0.9, 1.0):
+        got = distribution.filter(
+            pl.col("run") == "a", pl.col("metric") == "latency_total_ms", pl.col("share") == share
+        )["value"].sort()
+        expected = (
+            calls.group_by("model", "dialect")
+            .agg(pl.col("latency_total_ms").quantile(share, "linear"))["latency_total_ms"]
+            .sort()
         )
+        assert got.to_list() == pytest.approx(expected.to_list())
 
 
 def test_stacked_runs_get_one_trace_per_run(
@@ -209,10 +244,10 @@ def test_stacked_runs_get_one_trace_per_run(
         ("b", over_time.data[2], over_time.data[3]),
     ):
         run_calls = stacked.calls.filter(pl.col("run") == run)
-        assert sum(calls_trace.y) == run_calls.height
-        assert (
-            list(tokens_trace.y) == buckets.filter(pl.col("run") == run)["tokens_total"].to_list()
-        )
+        assert sum(y for y in calls_trace.y if y is not None) == run_calls.height
+        mine = buckets.filter(pl.col("run") == run)
+        drawn = [(x, y) for x, y in zip(calls_trace.x, calls_trace.y, strict=True) if y is not None]
+        assert drawn == list(zip(mine["bucket"], mine["calls"], strict=True))
         assert sum(y for y in tokens_trace.y if y is not None) == run_calls["tokens_total"].sum()
     reward = from_list.figures["reward"]
     scatter = [t for t in reward.data if isinstance(t, go.Scattergl)]
@@ -236,26 +271,29 @@ def test_reward_scatter_matches_rollouts_and_samples_above_cap(stacked: ngv.Capt
     assert sorted(zip(trace.x, trace.y, strict=True)) == sorted(
         known.select("tokens_total", "reward").rows()
     )
-    mean_line = next(t for t in full.data if t.name == "a mean reward" and t.xaxis == "x")
+    mean_line = next(t for t in full.data if t.name == "a binned mean" and t.xaxis == "x")
     assert list(mean_line.x) == sorted(mean_line.x)
     assert sum(mean_line.customdata) == known.height
+    assert len(mean_line.x) == max(1, min(MAX_BINS, known.height // MIN_PER_BIN))
+    assert min(mean_line.customdata) >= min(MIN_PER_BIN, known.height)  # no bin of a few points
     weighted = sum(y * n for y, n in zip(mean_line.y, mean_line.customdata, strict=True))
     assert weighted / known.height == pytest.approx(known["reward"].mean())
+    assert all(w >= 0 for w in mean_line.error_y.array)
     capped = dashboard(stacked, max_points=20).figures["reward"]
     scatter = [t for t in capped.data if isinstance(t, go.Scattergl)]
     assert len(scatter) == 6
     assert all(len(t.x) == 10 for t in scatter)  # 20 points shared by two runs
-    assert all(len(t.x) <= 10 for t in capped.data)  # the mean lines: ten slices each
-    assert capped.layout.title.text.endswith("(sampled)")
+    assert all(len(t.x) <= MAX_BINS for t in capped.data if t.name.endswith("binned mean"))
+    assert capped.layout.title.text.endswith("(points sampled)")
     # A budget that holds every run's rollouts samples nothing, though all runs together
     # exceed one run's share.
     largest = stacked.rollouts.group_by("run").len()["len"].max()
     exact = dashboard(stacked, max_points=2 * largest).figures["reward"]
-    assert "(sampled)" not in exact.layout.title.text
+    assert "sampled" not in exact.layout.title.text
 
 
 def _points(trace: go.Figure) -> int:
-    return max(len(getattr(trace, axis) or ()) for axis in ("x", "y"))
+    return max(len(v) if (v := getattr(trace, axis)) is not None else 0 for axis in ("x", "y"))
 
 
 def test_100k_calls_build_fast_without_a_marker_per_call(runs: tuple[ngv.CaptureRun, ...]) -> None:
@@ -275,6 +313,7 @@ def test_100k_calls_build_fast_without_a_marker_per_call(runs: tuple[ngv.Capture
             assert _points(trace) <= 5_000, (name, trace.name)
     assert sum(dash.figures["tokens"].data[1].y) == calls["tokens_out"].is_not_null().sum()
     assert dash.tables["latency"]["n_calls"].sum() == 2 * n
+    assert dash.tables["latency_distribution"].height <= 2 * 51 * dash.tables["latency"].height
 
 
 def test_many_groups_lie_down_with_every_value_on_the_value_axis(stacked: ngv.CaptureRun) -> None:
@@ -288,17 +327,9 @@ def test_many_groups_lie_down_with_every_value_on_the_value_axis(stacked: ngv.Ca
     table = latency_percentiles(calls, by)
     groups = table.filter(pl.col("metric") == "latency_total_ms").height
     assert groups >= HORIZONTAL_FROM
-    fig = latency_figure(table, by)
-    for i, metric in enumerate(("latency_total_ms", "latency_ttft_ms")):
-        rows = table.filter(pl.col("metric") == metric)
-        for j, name in enumerate(PERCENTILES):
-            trace = fig.data[i * 4 + j]
-            assert trace.orientation == "h"
-            assert list(trace.x) == rows[name].to_list()
-            assert len(set(trace.y)) == groups  # one labelled row per group
-            assert trace.y[0].startswith(f"{rows['run'][0]} · {rows['model'][0]}")
-    assert fig.layout.yaxis.autorange == "reversed"
-    assert fig.layout.height > 500
+    fig = latency_figure(table, by)  # marks only: one trace per group and panel
+    assert len(fig.data) == 2 * groups
+    assert {t.meta["kind"] for t in fig.data} == {"percentiles"}
     throughput = throughput_summary(calls, by)
     lying = throughput_figure(throughput, by)
     assert [t.orientation for t in lying.data] == ["h", "h"]
@@ -306,3 +337,44 @@ def test_many_groups_lie_down_with_every_value_on_the_value_axis(stacked: ngv.Ca
     few = throughput_figure(throughput.head(HORIZONTAL_FROM - 1), by)
     assert [t.orientation for t in few.data] == ["v", "v"]
     assert list(few.data[1].y) == throughput.head(HORIZONTAL_FROM - 1)["p95"].to_list()
+
+
+def test_constant_tokens_error_free_runs_and_idle_spells_draw_honestly(
+    stacked: ngv.CaptureRun,
+) -> None:
+    """All-zero reasoning: 'all 0', no bar; no errors: 0-5 % axis; idle buckets: gaps."""
+    calls = stacked.calls.with_columns(
+        pl.lit(0, pl.Int64).alias("tokens_reasoning"),
+        pl.lit(None, pl.String)
+        .cast(stacked.calls.schema["error_category"])
+        .alias("error_category"),
+    )
+    # Half of run a's calls start an hour later: an idle spell inside run a's span.
+    late = (pl.col("run") == "a") & (pl.col("call_index") % 2 == 1)
+    calls = calls.with_columns(
+        pl.when(late)
+        .then(pl.col("started_at") + pl.duration(hours=1))
+        .otherwise(pl.col("started_at"))
+        .alias("started_at")
+    )
+    run = ngv.CaptureRun(
+        None, calls=calls, rollouts=stacked.rollouts, gaps=stacked.gaps,
+        tool_calls=stacked.tool_calls, runs=stacked.runs,
+    )  # fmt: skip
+    board = dashboard(run)
+    tokens = board.figures["tokens"]
+    note = next(a for a in tokens.layout.annotations if a.name == "constant:tokens_reasoning")
+    assert note.text.startswith("all 0")
+    reasoning = [t for t in tokens.data if t.xaxis == "x3"]
+    assert reasoning and all(list(t.x) == [] for t in reasoning)
+    errors = board.figures["errors"]
+    assert list(errors.layout.yaxis.range) == [0, 0.05]
+    assert any(a.name == "no-errors" and a.text.startswith("no errors in") for a in
+               errors.layout.annotations)  # fmt: skip
+    a_calls = board.figures["over_time"].data[0]
+    assert a_calls.connectgaps is False
+    ys = list(a_calls.y)
+    drawn = [i for i, y in enumerate(ys) if y is not None]
+    # Between the early and the late calls every bucket is a gap (null), not a line.
+    assert ys[drawn[0] : drawn[-1]].count(None) > 10
+    assert sum(y for y in ys if y is not None) == calls.filter(pl.col("run") == "a").height

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 import polars as pl
 import pytest
 
+import ngcapture_viz as ngv
 from capture_core.testing import RunSpec, write_run
 from ngcapture_viz import CaptureRun, open_run, stack_runs
 from ngcapture_viz.figures.timeline import CAUSALITY_NOTE, assign_lanes, outcome_color, timeline
@@ -264,10 +265,14 @@ def test_gaps_are_annotated_and_damaged_lines_marked(tmp_path: Path) -> None:
     assert "1 gap(s)" in fig.layout.title.subtitle.text
 
 
-def test_causality_note_is_on_every_timeline(sequential: CaptureRun) -> None:
+def test_causality_note_is_said_once_by_the_report_not_under_each_timeline(
+    sequential: CaptureRun,
+) -> None:
     fig = timeline(sequential, "0-0")
-    assert _annotation(fig, "causality") == CAUSALITY_NOTE
+    assert all(a.name != "causality" for a in fig.layout.annotations)
     assert "do not prove causality" in CAUSALITY_NOTE
+    html = ngv.render_report(sequential, timelines={"slowest": 2, "failing": 0, "sample": 0})
+    assert html.count("do not prove that") == 1  # the report's single note
 
 
 # -- sizes ----------------------------------------------------------------------------------

@@ -1,18 +1,23 @@
-"""The interactive dashboard reacts to its filters by rewriting trace data in place."""
+"""The interactive dashboard: filters recompute the figures, one light panel draws them."""
 
 from __future__ import annotations
 
+import base64
+import statistics
+import time
 from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
+import orjson
 import plotly.graph_objects as go
 import polars as pl
 import pytest
 
 import ngcapture_viz as ngv
 from capture_core.testing import RunSpec, write_run
-from ngcapture_viz.figures.dashboard import REWARD_METRICS
+from ngcapture_viz.figures.panel import FigurePanel, figure_json
+from ngcapture_viz.figures.reward import REWARD_METRICS
 from ngcapture_viz.figures.widget import REWARD_SELECTION_NOTE, CaptureDashboard
 from ngcapture_viz.stats import (
     PERCENTILES,
@@ -22,6 +27,8 @@ from ngcapture_viz.stats import (
     token_histogram,
 )
 from tests.ngcapture_viz.conftest import bar_labels, bar_values
+
+FIGURES = ["latency", "throughput", "tokens", "over_time", "errors", "reward"]
 
 
 @pytest.fixture(scope="module")
@@ -39,66 +46,101 @@ def dash(runs: list[ngv.CaptureRun]) -> CaptureDashboard:
     return CaptureDashboard(runs)
 
 
-def _latency_y(dash: CaptureDashboard, percentile: str = "p95") -> list[float | None]:
-    index = list(PERCENTILES).index(percentile)
-    return bar_values(dash.figure_widgets["latency"].data[index])
+def _drawn(dash: CaptureDashboard) -> dict[str, Any]:
+    """What the panel would draw now: name -> spec, parsed from its synced state."""
+    return {f["name"]: f["spec"] for f in orjson.loads(dash.panel.figures)}
 
 
-def test_widget_is_a_vbox_holding_the_filters_and_figure_widgets(dash: CaptureDashboard) -> None:
+def _decoded(values: Any) -> list[Any]:
+    """A JSON array, or plotly's typed-array form ``{dtype, bdata}`` (what plotly.js reads)."""
+    if isinstance(values, dict):
+        import numpy as np
+
+        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).tolist()
+    return list(values)
+
+
+def _p95_marks(dash: CaptureDashboard, metric: str = "latency_total_ms") -> list[float | None]:
+    marks = [
+        t for t in dash.figures["latency"].data
+        if t.meta["kind"] == "percentiles" and t.meta["metric"] == metric
+    ]  # fmt: skip
+    return [t.x[list(PERCENTILES).index("p95")] for t in marks]
+
+
+def test_widget_holds_the_filters_and_one_panel_of_figures(dash: CaptureDashboard) -> None:
     box = dash.widget()
-    assert isinstance(box, widgets.VBox)
-    assert dash.widget() is box
+    assert isinstance(box, widgets.VBox) and dash.widget() is box
     assert set(dash.filters) == {"run", "model", "dialect", "outcome", "time"}
-    assert list(dash.figure_widgets) == [
-        "latency",
-        "throughput",
-        "tokens",
-        "over_time",
-        "errors",
-        "reward",
-    ]
-    assert all(isinstance(f, go.FigureWidget) for f in dash.figure_widgets.values())
-    assert list(box.children[-6:]) == list(dash.figure_widgets.values())
+    assert list(dash.figures) == FIGURES
+    assert all(isinstance(f, go.Figure) for f in dash.figures.values())
+    assert isinstance(box.children[-1], FigurePanel) and box.children[-1] is dash.panel
+    assert list(_drawn(dash)) == FIGURES
+    for name, spec in _drawn(dash).items():
+        assert spec == orjson.loads(figure_json(dash.figures[name])), name
+    reward = _drawn(dash)["reward"]["data"][0]
+    assert reward["text"] == list(dash.figures["reward"].data[0].text)  # ids, not a repr
+    assert _decoded(reward["x"]) == list(dash.figures["reward"].data[0].x)
     assert dash.filters["run"].options == ("a", "b")
+    slider = dash.filters["time"]
+    assert slider.continuous_update is False and slider.readout is False
+    start, end = slider.value
+    assert start.isoformat(sep=" ") in dash.time_readout.value
+    assert end.isoformat(sep=" ") in dash.time_readout.value
+    # The dashboard displays itself as the widget.
+    bundle = dash._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == box.model_id
 
 
-def test_model_filter_rewrites_latency_traces_in_place(dash: CaptureDashboard) -> None:
-    figure = dash.figure_widgets["latency"]
-    trace = figure.data[2]
-    before = bar_values(trace)
-    full = latency_percentiles(dash.calls)
+def test_the_panel_sends_plotlyjs_only_when_asked(dash: CaptureDashboard) -> None:
+    sent: list[tuple[Any, Any]] = []
+    dash.panel.send = lambda content, buffers=None: sent.append((content, buffers))  # type: ignore[method-assign]
+    assert "plotly.js v" not in dash.panel.figures  # the state holds figures only
+    dash.panel._on_message(dash.panel, {"type": "something else"}, [])
+    assert sent == []
+    dash.panel._on_message(dash.panel, {"type": "plotlyjs"}, [])
+    ((content, buffers),) = sent
+    assert content == {"type": "plotlyjs"}
+    assert buffers[0].startswith(b"/**\n* plotly.js v")
+    assert dash.panel.plotlyjs_sent == 1
+
+
+def test_model_filter_recomputes_the_latency_marks(dash: CaptureDashboard) -> None:
+    before = _p95_marks(dash)
+    full = latency_percentiles(dash.calls, dash._by)
     assert before == full.filter(pl.col("metric") == "latency_total_ms")["p95"].to_list()
+    state = dash.panel.figures
 
     dash.filters["model"].value = ("sim-model-1",)
 
-    assert dash.figure_widgets["latency"] is figure and figure.data[2] is trace
-    expected = latency_percentiles(dash.calls.filter(pl.col("model") == "sim-model-1"))
+    expected = latency_percentiles(dash.calls.filter(pl.col("model") == "sim-model-1"), dash._by)
     total = expected.filter(pl.col("metric") == "latency_total_ms")
-    assert _latency_y(dash) == total["p95"].to_list() != before
-    assert all("sim-model-1" in label for label in bar_labels(trace))
-    # Fewer groups: the bars stood up again, and the axes followed.
-    assert trace.orientation == "v" and figure.layout.yaxis.autorange is None
-    ttft = expected.filter(pl.col("metric") == "latency_ttft_ms")
-    assert bar_values(figure.data[4]) == ttft["p50"].to_list()
+    assert _p95_marks(dash) == total["p95"].to_list() != before
+    groups = [t.meta["group"] for t in dash.figures["latency"].data]
+    assert groups and all(" · sim-model-1 · " in g for g in groups)
+    assert dash.panel.figures != state  # the new figures went to the page
+    assert _drawn(dash)["latency"]["data"][1]["x"] == list(dash.figures["latency"].data[1].x)
 
     dash.filters["model"].value = ()  # empty selection: no filter
-    assert _latency_y(dash) == before
+    assert _p95_marks(dash) == before
 
 
 def test_run_filter_empties_the_other_runs_traces(dash: CaptureDashboard) -> None:
-    tokens = dash.figure_widgets["tokens"]
+    tokens = dash.figures["tokens"]
     assert [t.name for t in tokens.data[:2]] == ["a", "b"]
     assert len(tokens.data[0].y) > 0
 
     dash.filters["run"].value = ("b",)
 
+    tokens = dash.figures["tokens"]
     kept = dash.calls.filter(pl.col("run") == "b")
     histogram = token_histogram(kept).filter(pl.col("metric") == "tokens_in")
     assert list(tokens.data[0].y) == []
     assert list(tokens.data[1].y) == histogram["count"].to_list()
     n = kept["tokens_in"].is_not_null().sum()
-    assert tokens.layout.annotations[0].text == f"tokens_in (reported by {n} / {kept.height} calls)"
-    errors = dash.figure_widgets["errors"]
+    assert tokens.layout.annotations[0].text == f"tokens_in · {n}/{kept.height} reported"
+    errors = dash.figures["errors"]
     assert list(errors.data[0].y) == []
     assert errors.data[1].y[0] == pytest.approx(kept["error_category"].is_not_null().mean())
 
@@ -111,18 +153,22 @@ def test_time_range_and_outcome_filters_follow_the_filtered_calls(dash: CaptureD
     kept = dash.calls.filter(pl.col("started_at").is_between(start, end))
     assert 0 < kept.height < dash.calls.height
     assert dash.filtered_calls().equals(kept)
-    over_time = dash.figure_widgets["over_time"]
+    over_time = dash.figures["over_time"]
     calls_a, calls_b = over_time.data[0], over_time.data[2]
-    assert sum(calls_a.y) + sum(calls_b.y) == kept.height
+    assert sum(y for t in (calls_a, calls_b) for y in t.y if y is not None) == kept.height
     buckets = calls_over_time(kept, interval=dash._interval)
-    assert list(calls_a.y) == buckets.filter(pl.col("run") == "a")["calls"].to_list()
+    drawn = [y for y in calls_a.y if y is not None]
+    assert drawn == buckets.filter(pl.col("run") == "a")["calls"].to_list()
     assert f"<b>{kept.height:,} of {dash.calls.height:,} calls shown</b>" in dash.summary.value
+    assert start.isoformat(sep=" ") in dash.time_readout.value  # the readout is never cut
+    assert "(every call)" not in dash.time_readout.value
 
     dash.filters["outcome"].value = ("ok",)
     kept = kept.filter(pl.col("outcome") == "ok")
     assert dash.filtered_calls().equals(kept)
-    errors = dash.figure_widgets["errors"]
+    errors = dash.figures["errors"]
     assert all(y == 0 for trace in errors.data for y in trace.y)
+    assert errors.layout.yaxis.range == (0, 0.05)  # no error: a 0-5 % axis that says so
     assert f"<b>{kept.height:,} of" in dash.summary.value
 
 
@@ -131,21 +177,18 @@ def test_dialect_filter_changes_coverage_in_summary(dash: CaptureDashboard) -> N
     chat = dash.calls.filter(pl.col("dialect") == "chat")
     reasoning = chat["tokens_reasoning"].is_not_null().sum()
     assert f"tokens_reasoning: {reasoning:,} / {chat.height:,}" in dash.summary.value
-    assert all(" · chat<br>" in x for x in dash.figure_widgets["latency"].data[0].x)
+    assert all(
+        g.endswith(" · chat") for g in (t.meta["group"] for t in dash.figures["latency"].data)
+    )
 
 
 def _reward_index(dash: CaptureDashboard, run: str, metric: str = "tokens_total") -> int:
-    """Where the scatter of ``run``'s rollouts in ``metric``'s panel is (its mean line next)."""
+    """Where the scatter of ``run``'s rollouts in ``metric``'s panel is (its means next)."""
     return 2 * (REWARD_METRICS.index(metric) * len(dash.runs) + dash.runs.index(run))
 
 
 def _reward_trace(dash: CaptureDashboard, run: str, metric: str = "tokens_total") -> Any:
-    return dash.figure_widgets["reward"].data[_reward_index(dash, run, metric)]
-
-
-def _same(traces: tuple[Any, ...], others: tuple[Any, ...]) -> bool:
-    """The same trace objects (``==`` on traces compares their content)."""
-    return len(traces) == len(others) and all(a is b for a, b in zip(traces, others, strict=True))
+    return dash.figures["reward"].data[_reward_index(dash, run, metric)]
 
 
 def _known(rollouts: pl.DataFrame, run: str, metric: str = "tokens_total") -> pl.DataFrame:
@@ -155,16 +198,17 @@ def _known(rollouts: pl.DataFrame, run: str, metric: str = "tokens_total") -> pl
 
 
 def _points(trace: Any) -> dict[str, tuple[Any, Any]]:
-    return {i: (x, y) for i, x, y in zip(trace.text, trace.x, trace.y, strict=True)}
+    if trace.x is None:
+        return {}
+    return {str(i): (x, y) for i, x, y in zip(trace.text, trace.x, trace.y, strict=True)}
 
 
 def _expected_points(rollouts: pl.DataFrame, metric: str = "tokens_total") -> dict[str, Any]:
     return {r["rollout_id"]: (r[metric], r["reward"]) for r in rollouts.iter_rows(named=True)}
 
 
-def test_model_filter_rewrites_throughput_traces_in_place(dash: CaptureDashboard) -> None:
-    figure = dash.figure_widgets["throughput"]
-    p50, p95 = figure.data
+def test_model_filter_recomputes_throughput(dash: CaptureDashboard) -> None:
+    p50, p95 = dash.figures["throughput"].data
     full = throughput_summary(dash.calls, dash._by)
     assert full.height >= 7 and p50.orientation == "h"  # 2 runs x 2 models x 3 dialects
     assert bar_values(p50) == full["p50"].to_list()
@@ -172,10 +216,10 @@ def test_model_filter_rewrites_throughput_traces_in_place(dash: CaptureDashboard
 
     dash.filters["model"].value = ("sim-model-2",)
 
-    assert dash.figure_widgets["throughput"] is figure and _same(figure.data, (p50, p95))
+    p50, p95 = dash.figures["throughput"].data
     kept = throughput_summary(dash.calls.filter(pl.col("model") == "sim-model-2"), dash._by)
     assert 0 < kept.height < full.height
-    assert p50.orientation == "v" and figure.layout.yaxis.autorange is None
+    assert p50.orientation == "v"
     assert bar_values(p50) == kept["p50"].to_list()
     assert bar_values(p95) == kept["p95"].to_list()
     assert all(" · sim-model-2 · " in label for label in bar_labels(p95))
@@ -184,15 +228,11 @@ def test_model_filter_rewrites_throughput_traces_in_place(dash: CaptureDashboard
 def test_model_filter_keeps_the_rollouts_with_a_matching_call_and_their_totals(
     dash: CaptureDashboard,
 ) -> None:
-    figure = dash.figure_widgets["reward"]
-    traces = figure.data
-    trace_a = _reward_trace(dash, "a")
-    assert _points(trace_a) == _expected_points(_known(dash.rollouts, "a"))
-    assert REWARD_SELECTION_NOTE not in figure.layout.title.text
+    assert _points(_reward_trace(dash, "a")) == _expected_points(_known(dash.rollouts, "a"))
+    assert REWARD_SELECTION_NOTE not in dash.figures["reward"].layout.title.subtitle.text
 
     dash.filters["model"].value = ("sim-model-1",)
 
-    assert dash.figure_widgets["reward"] is figure and _same(figure.data, traces)
     matching = dash.calls.filter(pl.col("model") == "sim-model-1")
     ids = {run: set(matching.filter(pl.col("run") == run)["rollout_id"]) for run in ("a", "b")}
     # The same rollout ids in both runs: a rollout is matched within its own run.
@@ -201,20 +241,19 @@ def test_model_filter_keeps_the_rollouts_with_a_matching_call_and_their_totals(
         kept = _known(dash.rollouts, run).filter(pl.col("rollout_id").is_in(ids[run]))
         assert 0 < kept.height < _known(dash.rollouts, run).height
         for metric in REWARD_METRICS:
-            expected = _expected_points(kept, metric)
-            assert _points(_reward_trace(dash, run, metric)) == expected
+            assert _points(_reward_trace(dash, run, metric)) == _expected_points(kept, metric)
     assert dash.filtered_rollouts().height == len(ids["a"]) + len(ids["b"])
     # Whole-rollout totals, not the totals of the matching calls alone.
     partial = matching.group_by("run", "rollout_id").agg(pl.len().alias("n"))
     whole = dash.rollouts.join(partial, on=["run", "rollout_id"])
     assert (whole["num_calls"] > whole["n"]).any()
-    assert figure.layout.title.text.endswith(REWARD_SELECTION_NOTE)
-    titles = [a.text for a in figure.layout.annotations]
-    assert titles[2] == f"num_calls ({whole.height} / {whole.height} rollouts known)"
+    figure = dash.figures["reward"]
+    assert figure.layout.title.subtitle.text.endswith(REWARD_SELECTION_NOTE)
+    assert figure.layout.xaxis3.title.text == f"{whole.height} / {whole.height} rollouts known"
 
     dash.filters["model"].value = ()
-    assert _points(trace_a) == _expected_points(_known(dash.rollouts, "a"))
-    assert REWARD_SELECTION_NOTE not in figure.layout.title.text
+    assert _points(_reward_trace(dash, "a")) == _expected_points(_known(dash.rollouts, "a"))
+    assert REWARD_SELECTION_NOTE not in dash.figures["reward"].layout.title.subtitle.text
 
 
 def test_run_filter_keeps_the_runs_rollouts(dash: CaptureDashboard) -> None:
@@ -223,13 +262,13 @@ def test_run_filter_keeps_the_runs_rollouts(dash: CaptureDashboard) -> None:
     assert _points(_reward_trace(dash, "a")) == {}
     assert _points(_reward_trace(dash, "b")) == _expected_points(_known(dash.rollouts, "b"))
     assert dash.filtered_rollouts().equals(dash.rollouts.filter(pl.col("run") == "b"))
-    assert REWARD_SELECTION_NOTE not in dash.figure_widgets["reward"].layout.title.text
+    assert REWARD_SELECTION_NOTE not in dash.figures["reward"].layout.title.subtitle.text
 
 
-def test_filters_that_leave_a_run_or_everything_empty_keep_valid_traces(
+def test_filters_that_leave_a_run_or_everything_empty_keep_valid_figures(
     dash: CaptureDashboard,
 ) -> None:
-    traces = {name: figure.data for name, figure in dash.figure_widgets.items()}
+    shapes = {name: [t.name for t in f.data] for name, f in dash.figures.items()}
     first = dash.calls.sort("started_at").row(0, named=True)
     other_run = next(r for r in dash.runs if r != first["run"])
 
@@ -238,27 +277,28 @@ def test_filters_that_leave_a_run_or_everything_empty_keep_valid_traces(
     assert _points(_reward_trace(dash, other_run)) == {}
     own = _reward_trace(dash, first["run"], "num_calls")
     assert list(own.text) == [first["rollout_id"]]
-    assert bar_labels(dash.figure_widgets["throughput"].data[0])[0].startswith(first["run"])
+    assert bar_labels(dash.figures["throughput"].data[0])[0].startswith(first["run"])
 
     other_model = next(m for m in dash.filters["model"].options if m != first["model"])
     dash.filters["model"].value = (other_model,)  # and no call left at all
 
     assert dash.filtered_calls().height == 0 and dash.filtered_rollouts().height == 0
-    for name, figure in dash.figure_widgets.items():
-        assert _same(figure.data, traces[name]), name  # the same trace objects, none added
-    assert all(list(t.x) == [] and list(t.y) == [] for t in dash.figure_widgets["throughput"].data)
-    reward = dash.figure_widgets["reward"]
-    assert all(list(t.x) == [] and list(t.y) == [] for t in reward.data)
-    assert reward.layout.annotations[0].text == "tokens_total (0 / 0 rollouts known)"
+    for name in ("tokens", "throughput", "errors", "reward", "over_time"):
+        assert [t.name for t in dash.figures[name].data] == shapes[name], name
+    assert all(list(t.x) == [] for t in dash.figures["throughput"].data)
+    reward = dash.figures["reward"]
+    assert all(t.x is None or len(t.x) == 0 for t in reward.data)
+    assert reward.layout.xaxis.title.text == "0 / 0 rollouts known"
+    assert list(_drawn(dash)) == FIGURES  # still six figures for the page to draw
 
 
 def test_reward_points_are_sampled_above_max_points(runs: list[ngv.CaptureRun]) -> None:
     dash = CaptureDashboard(runs, max_points=20)  # 10 points per run and panel
-    n_traces = len(dash.figure_widgets["reward"].data)
+    n_traces = len(dash.figures["reward"].data)
 
     dash.filters["dialect"].value = ("chat", "messages")
 
-    figure = dash.figure_widgets["reward"]
+    figure = dash.figures["reward"]
     assert len(figure.data) == n_traces
     kept = dash.filtered_rollouts()
     for run in ("a", "b"):
@@ -267,6 +307,33 @@ def test_reward_points_are_sampled_above_max_points(runs: list[ngv.CaptureRun]) 
         shown = _points(_reward_trace(dash, run))
         assert len(shown) == 10
         assert shown.items() <= _expected_points(known).items()
-        mean_line = figure.data[_reward_index(dash, run) + 1]
-        assert sum(mean_line.customdata) == known.height  # the means use every rollout
-    assert figure.layout.title.text.startswith("Reward against per-rollout totals (sampled)")
+        means = figure.data[_reward_index(dash, run) + 1]
+        assert sum(means.customdata) == known.height  # the means use every rollout
+    assert figure.layout.title.text == "Reward against per-rollout totals (points sampled)"
+
+
+def test_a_filter_change_at_100k_calls_redraws_quickly_and_stays_small(
+    runs: list[ngv.CaptureRun],
+) -> None:
+    base = runs[0]
+    n = 100_000
+    copies = n // base.calls.height + 1
+    calls = pl.concat(
+        [
+            base.calls.with_columns(pl.col("started_at") + pl.duration(seconds=i))
+            for i in range(copies)
+        ]
+    ).head(n)
+    big = ngv.CaptureRun(
+        "a", calls=calls, rollouts=base.rollouts, gaps=base.gaps, tool_calls=base.tool_calls
+    )
+    dash = CaptureDashboard(big)
+    samples = []
+    for model in ("sim-model-1", "sim-model-2", "sim-model-1"):
+        started = time.process_time()
+        dash.filters["model"].value = (model,)
+        samples.append(time.process_time() - started)
+    # Measured ~0.3-0.5 s of CPU per change on a busy 2-core box (docs/benchmarks.md);
+    # generous here, the benchmark holds the goal.
+    assert statistics.median(samples) < 3.0, samples
+    assert len(dash.panel.figures) < 1_000_000  # the state: aggregates, not 100k points

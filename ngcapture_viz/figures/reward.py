@@ -1,0 +1,129 @@
+"""Reward against per-rollout totals (tokens, latency, calls), with binned mean rewards.
+
+One WebGL point per rollout (sampled above a cap), one colour per run. Over the points, each
+run's mean reward per bin: rollouts ordered by the total and cut into equal-count bins of at
+least ``MIN_PER_BIN`` rollouts (at most ten bins), each drawn at its mean total with a 95 %
+normal interval of its mean reward. Few rollouts make few bins: the line does not zig-zag
+through a handful of points.
+
+Example:
+    >>> reward_figure(run.rollouts, run.labels)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+import plotly.graph_objects as go
+import polars as pl
+from plotly.subplots import make_subplots
+
+from ngcapture_viz.display.figure import Figure
+from ngcapture_viz.figures.style import array, run_colors
+
+__all__ = ["MAX_BINS", "MIN_PER_BIN", "REWARD_METRICS", "reward_bins", "reward_figure"]
+
+REWARD_METRICS: Final = ("tokens_total", "latency_total_ms", "num_calls")
+MIN_PER_BIN: Final = 20
+MAX_BINS: Final = 10
+
+
+def reward_figure(
+    rollouts: pl.DataFrame, runs: Sequence[str], *, max_points: int = 20_000
+) -> go.Figure:
+    """Per-rollout totals (tokens, latency, calls) against reward; WebGL, sampled above a cap.
+
+    Rollouts with no reward or no reported total are left out; each panel's axis says how many
+    rollouts it shows of how many there are. Traces per panel and run: the points, then the
+    binned means (computed over all rollouts, never sampled).
+    """
+    budget = max(1, max_points // max(1, len(runs)))
+    fig = make_subplots(
+        figure=Figure(),
+        rows=1,
+        cols=len(REWARD_METRICS),
+        subplot_titles=REWARD_METRICS,
+        shared_yaxes=True,
+        horizontal_spacing=0.06,
+    )
+    was_sampled = False
+    colors = run_colors(runs)
+    for col, metric in enumerate(REWARD_METRICS, start=1):
+        known_all = rollouts.filter(pl.col("reward").is_not_null() & pl.col(metric).is_not_null())
+        fig.update_xaxes(
+            title_text=f"{known_all.height:,} / {rollouts.height:,} rollouts known", row=1, col=col
+        )
+        for run in runs:
+            known = known_all.filter(pl.col("run").cast(pl.String) == run)
+            was_sampled = was_sampled or known.height > budget
+            shown = known.sample(n=budget, seed=0) if known.height > budget else known
+            fig.add_trace(
+                go.Scattergl(
+                    x=array(shown[metric]),
+                    y=array(shown["reward"]),
+                    text=array(shown["rollout_id"]),
+                    mode="markers",
+                    marker={"size": 5, "opacity": 0.5, "color": colors[run]},
+                    name=run,
+                    legendgroup=run,
+                    showlegend=col == 1,
+                    hovertemplate=f"%{{text}}<br>{metric} %{{x:,}}<br>reward %{{y}}"
+                    f"<extra>{run}</extra>",
+                ),
+                row=1,
+                col=col,
+            )
+            means = reward_bins(known, metric)
+            fig.add_trace(
+                go.Scatter(
+                    x=means["value"].to_list(),
+                    y=means["reward"].to_list(),
+                    error_y={"type": "data", "array": means["half_width"].to_list()},
+                    customdata=means["rollouts"].to_list(),
+                    mode="lines+markers",
+                    line={"color": colors[run], "width": 1, "dash": "dot"},
+                    marker={"color": colors[run], "size": 9, "symbol": "square"},
+                    name=f"{run} binned mean",
+                    legendgroup=run,
+                    showlegend=col == 1,
+                    hovertemplate=f"mean {metric} %{{x:,.1f}}<br>mean reward %{{y:.3f}}"
+                    f"<br>%{{customdata:,}} rollouts<extra>{run}</extra>",
+                ),
+                row=1,
+                col=col,
+            )
+    sampled = " (points sampled)" if was_sampled else ""
+    fig.update_layout(
+        title={
+            "text": f"Reward against per-rollout totals{sampled}",
+            "subtitle": {
+                "text": f"squares: mean reward of equal-count bins (≥ {MIN_PER_BIN} rollouts, "
+                f"≤ {MAX_BINS} bins) ± 95% interval"
+            },
+        },
+        height=480,
+        margin={"t": 110},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0},
+    )
+    fig.update_yaxes(title_text="reward", row=1, col=1)
+    return fig
+
+
+def reward_bins(known: pl.DataFrame, metric: str) -> pl.DataFrame:
+    """Mean value and mean reward (with a 95 % half-width) of equal-count bins by ``metric``.
+
+    ``min(MAX_BINS, n // MIN_PER_BIN)`` bins (at least one) of rollouts ordered by ``metric``.
+    """
+    bins = max(1, min(MAX_BINS, known.height // MIN_PER_BIN))
+    slice_ = (pl.col(metric).rank("ordinal").cast(pl.Int64) - 1) * bins // pl.len()
+    return (
+        known.group_by(slice_.alias("bin"))
+        .agg(
+            pl.col(metric).cast(pl.Float64).mean().alias("value"),
+            pl.col("reward").mean().alias("reward"),
+            (1.96 * pl.col("reward").std() / pl.len().sqrt()).fill_null(0.0).alias("half_width"),
+            pl.len().cast(pl.Int64).alias("rollouts"),
+        )
+        .sort("bin")
+    )
