@@ -41,6 +41,7 @@ from capture_core.tokens.consumer import (
 from capture_core.tokens.protocols import TokenSource
 from capture_core.tokens.settings import (
     TokenIdCaptureConfig,
+    installed_token_source,
     resolve_token_source,
     token_id_capture_dirs,
 )
@@ -253,9 +254,14 @@ class TokenDelivery(AbstractContextManager["TokenDelivery"]):
 
     Args:
         config: the run's token-capture config.
-        source: where rollouts are frozen (default: :func:`resolve_token_source`). A source
-            this object creates is closed by :meth:`close`; one given or installed never is.
+        source: where rollouts are frozen (default: an installed source, else the file store
+            on the configured directory). A store this object opens is closed by
+            :meth:`close`; a source given or installed never is.
         builder: the builder (``prefix_merging``).
+
+    Raises:
+        CaptureDirNotFoundError: the configured directory does not exist (the collector never
+            creates it: a path that differs from the model servers' fails here).
 
     Example:
         >>> with TokenDelivery(config) as delivery:  # doctest: +SKIP
@@ -275,9 +281,14 @@ class TokenDelivery(AbstractContextManager["TokenDelivery"]):
     ) -> None:
         self.config = config
         self.builder = builder
-        self._owned = source is None
-        self.source = source if source is not None else resolve_token_source(config)
-        self._owned = self._owned and isinstance(self.source, TokenCaptureStore)
+        installed = installed_token_source()
+        if source is None and installed is None:
+            source = resolve_token_source(config)  # the file store, or None
+            self._owned = source is not None
+        else:
+            source = source if source is not None else installed
+            self._owned = False
+        self.source: TokenSource | None = source
         self._summary = TokenDeliverySummary()
         self._lock = threading.Lock()
         self._portal: BlockingPortal | None = None

@@ -55,7 +55,7 @@ class TokenSink(Protocol):
     """Receives complete token records from the model server (one per call).
 
     Example:
-        >>> isinstance(TokenCaptureStore("/tmp/tokens"), TokenSink)
+        >>> isinstance(TokenCaptureStore("/tmp/tokens", create=True), TokenSink)
         True
     """
 
@@ -93,7 +93,7 @@ class TokenSource(Protocol):
     """Gives the collector each finished rollout's entries, then forgets them on request.
 
     Example:
-        >>> isinstance(TokenCaptureStore("/tmp/tokens"), TokenSource)
+        >>> isinstance(TokenCaptureStore("/tmp/tokens", create=True), TokenSource)
         True
     """
 

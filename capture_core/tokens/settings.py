@@ -232,11 +232,13 @@ def build_token_sink(config: TokenIdCaptureConfig) -> TokenSink | None:
         ) from exc
     except Exception as exc:
         raise TokenCaptureConfigError("sink", f"constructing {target!r} failed: {exc}") from exc
-    problems = [
-        name if not callable(getattr(sink, name, None)) else f"{name} (not async)"
-        for name in _SINK_MEMBERS
-        if not inspect.iscoroutinefunction(getattr(sink, name, None))
-    ]
+    problems = []
+    for name in _SINK_MEMBERS:
+        member = getattr(sink, name, None)
+        if not callable(member):
+            problems.append(name)
+        elif not inspect.iscoroutinefunction(member):
+            problems.append(f"{name} (not async)")
     if problems or not isinstance(sink, TokenSink):
         raise TokenCaptureConfigError(
             "sink", f"{target!r} does not satisfy TokenSink: {', '.join(problems)}"

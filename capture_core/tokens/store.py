@@ -144,7 +144,7 @@ class TokenCaptureStore:
         """``<root>/<rollout_id><suffix>`` (the id is validated first).
 
         Example:
-            >>> TokenCaptureStore("/tmp/tokens").path_for("3-2", STATE_SUFFIX).name
+            >>> TokenCaptureStore("/tmp/tokens", create=True).path_for("3-2", STATE_SUFFIX).name
             '3-2.tokens.state.json'
         """
         return self._root / f"{validate_rollout_id(rollout_id)}{suffix}"
