@@ -27,12 +27,12 @@ __all__ = ["TARGET_KEY", "protocol_class"]
 TARGET_KEY: Final = "ngcapture.target"
 
 
-def _close_with(transport: asyncio.BaseTransport, status: int, reason: bytes, body: bytes) -> None:
+def _close_with(transport: asyncio.Transport, status: int, reason: bytes, body: bytes) -> None:
     head = (
         b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
         b"connection: close\r\n\r\n" % (status, reason, len(body))
     )
-    if isinstance(transport, asyncio.WriteTransport) and not transport.is_closing():
+    if not transport.is_closing():
         transport.write(head + body)
     transport.close()
 

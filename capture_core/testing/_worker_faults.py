@@ -3,12 +3,14 @@
 A request names its fault with the ``x-ngcapture-fault`` header (or ``?fault=``; ``none`` asks
 for no fault). ``timeout`` (wait before answering, default 30 s) and ``slow`` (wait before each
 streamed event, default 0.25 s) read their delay from ``x-ngcapture-fault-delay`` (or
-``?fault_delay=``), capped at 120 s. This module reads that choice and builds the faulty
+``?fault_delay=``), capped at 120 s; a ``slow`` answer that is not streamed sends two thirds of its
+body, waits, then the rest. This module reads that choice and builds the faulty
 answers; :mod:`capture_core.testing.worker` decides when to use them.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -32,6 +34,7 @@ __all__ = [
     "inband_events",
     "json_response",
     "read_fault",
+    "slow_json",
     "status_response",
 ]
 
@@ -126,6 +129,26 @@ def dropped_json(body: bytes, headers: Mapping[str, str]) -> Response:
 
     length = {**headers, "content-length": str(len(body))}
     return StreamingResponse(half_then_drop(), headers=length, media_type="application/json")
+
+
+def slow_json(body: bytes, headers: Mapping[str, str], pause_s: float, on_cancel: Any) -> Response:
+    """A 200 that sends two thirds of its body, waits ``pause_s``, then the rest (``slow``
+    without streaming): a client can leave mid-body. ``on_cancel()`` runs if the client does."""
+
+    async def thirds() -> AsyncIterator[bytes]:
+        third = max(1, len(body) // 3)
+        try:
+            yield body[:third]
+            await asyncio.sleep(min(0.05, pause_s))  # two writes, so the first can get through
+            yield body[third : 2 * third]
+            await asyncio.sleep(pause_s)
+            yield body[2 * third :]
+        except (asyncio.CancelledError, GeneratorExit):
+            on_cancel()
+            raise
+
+    length = {**headers, "content-length": str(len(body))}
+    return StreamingResponse(thirds(), headers=length, media_type="application/json")
 
 
 def inband_body(dialect: str, answer: Answer) -> dict[str, Any]:

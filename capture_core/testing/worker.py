@@ -1,11 +1,13 @@
 """A simulated OpenAI/Anthropic-compatible inference worker: an ASGI app, deterministic for a seed.
 
 It serves ``POST /v1/responses``, ``/v1/chat/completions`` and ``/v1/messages`` (streaming and
-not), ``GET /v1/models`` and ``GET /health``, answering with the bodies and SSE event sequences
-of :mod:`capture_core.testing.bodies` and :mod:`capture_core.testing.streams`, which the official
-``openai`` and ``anthropic`` SDKs parse. The answer depends only on the seed, the dialect and the
-request body without ``stream``/``stream_options``, so a streamed and a non-streamed call of one
-request get the same text, tool calls and usage.
+not), ``GET /v1/models``, ``GET /health`` and ``GET /stats`` (calls served, and calls whose
+client went away mid-generation: the worker stops generating those), answering with the
+bodies and SSE event sequences of :mod:`capture_core.testing.bodies` and
+:mod:`capture_core.testing.streams`, which the official ``openai`` and ``anthropic`` SDKs
+parse. The answer depends only on the seed, the dialect and the request body without
+``stream``/``stream_options``, so a streamed and a non-streamed call of one request get the
+same text, tool calls and usage.
 
 What a request gets:
 
@@ -24,6 +26,7 @@ Faults are chosen per request with the ``x-ngcapture-fault`` header (or ``?fault
 * ``timeout``: wait ``x-ngcapture-fault-delay`` seconds (default 30, at most 120), then answer
   normally; the wait ends early if the client goes away;
 * ``slow``: a stream whose events each wait ``x-ngcapture-fault-delay`` seconds (default 0.25);
+  not streamed: two thirds of the body, that wait, then the rest;
 * ``drop``: send part of the body, then abort the connection (raises ``SimulatedDrop`` inside
   the app, so the server closes the socket mid-body);
 * ``truncate``: a stream that ends cleanly without its terminal event (a non-streaming body is
@@ -120,6 +123,7 @@ class SimulatedWorker:
     def __init__(self, config: WorkerConfig | None = None) -> None:
         self._config = config or WorkerConfig()
         self._served = 0
+        self._cancelled = _Count()
         directory = self._config.staging_dir
         self._stager = (
             TrainingStager(directory, seed=self._config.seed,
@@ -135,6 +139,7 @@ class SimulatedWorker:
         routes += [
             Route("/v1/models", self._models, methods=["GET"]),
             Route("/health", _health, methods=["GET"]),
+            Route("/stats", self._stats, methods=["GET"]),
         ]
         self._app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
 
@@ -148,8 +153,19 @@ class SimulatedWorker:
         """Model calls received on the three dialect routes, faulty ones included."""
         return self._served
 
+    @property
+    def requests_cancelled(self) -> int:
+        """Model calls whose client went away while the answer was being generated (the
+        worker stopped generating it)."""
+        return self._cancelled.value
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._app(scope, receive, send)
+
+    async def _stats(self, request: Request) -> Response:
+        return faults.json_response(
+            {"requests_served": self._served, "requests_cancelled": self._cancelled.value}
+        )
 
     async def _models(self, request: Request) -> Response:
         data = [
@@ -161,7 +177,7 @@ class SimulatedWorker:
     def _endpoint(self, dialect: str) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             self._served += 1
-            return await _answer(dialect, request, self._config, self._stager)
+            return await _answer(dialect, request, self._config, self._stager, self._cancelled)
 
         return endpoint
 
@@ -179,8 +195,17 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return faults.json_response(body, status=status, headers=headers)
 
 
+@dataclass
+class _Count:
+    value: int = 0
+
+
 async def _answer(
-    dialect: str, request: Request, config: WorkerConfig, stager: TrainingStager | None
+    dialect: str,
+    request: Request,
+    config: WorkerConfig,
+    stager: TrainingStager | None,
+    cancelled: _Count,
 ) -> Response:
     def bad(message: str) -> Response:
         return faults.json_response(error_body(dialect, 400, message), status=400)
@@ -203,6 +228,7 @@ async def _answer(
     if not isinstance(body["model"], str):
         return bad("model: must be a string")
     if fault.kind == "timeout" and await _disconnected_within(request, fault.delay_s):
+        cancelled.value += 1
         return Response(status_code=499)  # nobody is listening any more
     answer = compose_answer(dialect, body, seed=config.seed, cache_rate=config.cache_rate)
     request_id = "req_" + answer.response_id[-24:]
@@ -218,8 +244,12 @@ async def _answer(
             config=config,
             fault=fault,
             headers=headers,
+            cancelled=cancelled,
         )
-    await asyncio.sleep(_ttft_s(config) + _generation_s(config, answer.output_tokens))
+    generation_s = _ttft_s(config) + _generation_s(config, answer.output_tokens)
+    if generation_s > 0 and await _disconnected_within(request, generation_s):
+        cancelled.value += 1  # the client left: stop generating, like a real engine
+        return Response(status_code=499)
     payload = orjson.dumps(_body(dialect, answer))
     if fault.kind in ("malformed", "truncate"):
         return Response(faults.cut_json(payload), 200, headers, media_type="application/json")
@@ -227,6 +257,12 @@ async def _answer(
         return faults.dropped_json(payload, headers)
     if fault.kind == "inband_error":
         return faults.json_response(faults.inband_body(dialect, answer), headers=headers)
+    if fault.kind == "slow":
+
+        def stopped() -> None:
+            cancelled.value += 1
+
+        return faults.slow_json(payload, headers, fault.delay_s, stopped)
     return Response(payload, 200, headers, media_type="application/json")
 
 
@@ -289,6 +325,7 @@ def _stream(
     config: WorkerConfig,
     fault: faults.Fault,
     headers: dict[str, str],
+    cancelled: _Count,
 ) -> Response:
     options = body.get("stream_options")
     usage = isinstance(options, dict) and options.get("include_usage") is True
@@ -303,28 +340,38 @@ def _stream(
         events = faults.inband_events(dialect, answer, events, content)
     headers = {**headers, "cache-control": "no-cache"}
     pause = fault.delay_s if kind == "slow" else None
-    paced = _paced(events, config, drop=drop, pause_s=pause)
+    paced = _paced(events, config, drop=drop, pause_s=pause, cancelled=cancelled)
     return StreamingResponse(paced, headers=headers, media_type="text/event-stream")
 
 
 async def _paced(
-    events: list[SSEEvent], config: WorkerConfig, *, drop: bool, pause_s: float | None
+    events: list[SSEEvent],
+    config: WorkerConfig,
+    *,
+    drop: bool,
+    pause_s: float | None,
+    cancelled: _Count,
 ) -> AsyncIterator[bytes]:
     """Send events one by one: TTFT first, then time per token before each content event.
 
     With ``pause_s`` (the ``slow`` fault) every event after the first waits that long instead.
+    A client that goes away mid-stream cancels the generation (counted in ``cancelled``).
     """
     budget = MAX_GENERATION_S
-    await asyncio.sleep(_ttft_s(config))
-    for index, event in enumerate(events):
-        text = _delta_text(event)
-        if index and pause_s is not None:
-            await asyncio.sleep(pause_s)
-        elif index and text is not None and config.ms_per_token > 0:
-            pause = min(budget, _generation_s(config, tokens_of(text)))
-            budget -= pause
-            await asyncio.sleep(pause)
-        yield format_event(event.data, event=event.event)
+    try:
+        await asyncio.sleep(_ttft_s(config))
+        for index, event in enumerate(events):
+            text = _delta_text(event)
+            if index and pause_s is not None:
+                await asyncio.sleep(pause_s)
+            elif index and text is not None and config.ms_per_token > 0:
+                pause = min(budget, _generation_s(config, tokens_of(text)))
+                budget -= pause
+                await asyncio.sleep(pause)
+            yield format_event(event.data, event=event.event)
+    except (asyncio.CancelledError, GeneratorExit):
+        cancelled.value += 1
+        raise
     if drop:
         raise faults.SimulatedDrop("simulated connection drop (x-ngcapture-fault: drop)")
 
