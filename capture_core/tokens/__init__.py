@@ -13,7 +13,9 @@ fence that refuses late writers until the id is deleted::
     store.drop_now("3-2", snapshot_id=snapshot.snapshot_id, version=snapshot.version)
     store.delete("3-2")                      # before the id is used again
 
-:class:`TokenDelivery` is the collector's side in one object. See docs/token-store.md.
+On the model server, :class:`TokenCallCapture` records one call through the sink with every
+failure isolated; :class:`TokenDelivery` is the collector's side in one object. See
+docs/token-store.md.
 """
 
 from capture_core.tokens.builders import (
@@ -27,6 +29,7 @@ from capture_core.tokens.builders import (
     prefix_merging,
     run_builder,
 )
+from capture_core.tokens.capture import TokenCallCapture
 from capture_core.tokens.consumer import (
     NO_RECORDS_ERROR,
     PER_REQUEST_ERROR,
@@ -120,6 +123,7 @@ __all__ = [
     "ChainLink",
     "SnapshotRef",
     "TokenBuild",
+    "TokenCallCapture",
     "TokenCaptureMetrics",
     "TokenCaptureSnapshot",
     "TokenCaptureState",
