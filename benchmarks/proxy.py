@@ -100,6 +100,19 @@ def _cpu(target: Target, worker: ServiceProcess) -> tuple[float, float]:
     return proxy, tree_cpu_s(worker.process.pid)
 
 
+def _settled_lines(directory: Path | None, *, quiet_s: float = 0.3, limit_s: float = 3.0) -> int:
+    """Capture lines once no new one has landed for ``quiet_s``: Gym releases a non-streamed
+    reply before its line is written, and calls wrk abandons at its deadline may still land."""
+    count, deadline = count_capture_lines(directory), time.monotonic() + limit_s
+    while directory is not None and time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        now = count_capture_lines(directory)
+        if now == count:
+            break
+        count = now
+    return count
+
+
 def _serial(target: Target, worker: ServiceProcess, body: bytes, requests: int) -> dict[str, Any]:
     serial_calls(target.service.port, target.path_for, body, requests=0, warm=20)
     lines0, (proxy0, worker0) = count_capture_lines(target.capture_dir), _cpu(target, worker)
@@ -114,7 +127,7 @@ def _serial(target: Target, worker: ServiceProcess, body: bytes, requests: int) 
         "errors": run.errors,
         "proxy_cpu_ms": (proxy1 - proxy0) * 1000 / calls if target.is_proxy else None,
         "worker_cpu_ms": (worker1 - worker0) * 1000 / calls,
-        "lines": count_capture_lines(target.capture_dir) - lines0,
+        "lines": _settled_lines(target.capture_dir) - lines0,
     }
 
 
@@ -126,7 +139,6 @@ def _wrk(
     run = run_wrk(wrk, target.service.url, script, seconds=seconds, connections=CONCURRENCY)
     busy1 = machine_busy_s()
     proxy1, worker1 = _cpu(target, worker)
-    time.sleep(0.3)  # calls wrk abandoned at the deadline may still land a line
     result, calls = run.result, max(1, run.result.requests)
     ours = (proxy1 - proxy0) + (worker1 - worker0) + run.wrk_cpu_s
     return {
@@ -141,7 +153,7 @@ def _wrk(
         "worker_cpu_ms": (worker1 - worker0) * 1000 / calls,
         "wrk_cores": run.wrk_cpu_s / run.elapsed_s,
         "other_load_cores": max(0.0, (busy1 - busy0 - ours) / run.elapsed_s),
-        "lines": count_capture_lines(target.capture_dir) - lines0,
+        "lines": _settled_lines(target.capture_dir) - lines0,
     }
 
 
@@ -378,6 +390,7 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
         f"{facts['loadavg_start'][0]:.2f}, at end {facts['loadavg_end'][0]:.2f}; other "
         f"processes' CPU during the wrk runs: median {statistics.median(other):.2f} cores "
         f"(max {max(other):.2f})",
+        f"- {_noise_verdict(statistics.median(other), facts['cores'] or 1)}",
         *_health_lines(data["records"], facts["configs"]),
     ]
     if "gym" in facts:
@@ -389,6 +402,18 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
     if "gym_error" in facts:
         lines.append(f"- NeMo Gym could not be measured: {facts['gym_error']}")
     return "\n".join(lines) + "\n"
+
+
+def _noise_verdict(other_cores: float, cores: int) -> str:
+    share = other_cores / cores
+    if share < 0.1:
+        return "noise: quiet machine (other processes < 10 % of the CPU during wrk runs)"
+    if share < 0.3:
+        return f"noise: other processes took {share:.0%} of the CPU: compare ratios, not absolutes"
+    return (
+        f"noise: VERY NOISY, other processes took {share:.0%} of the CPU during the wrk "
+        "runs: req/s and c=1 latencies are distorted; CPU per call is the robust figure"
+    )
 
 
 def _health_lines(records: list[dict[str, Any]], configs: list[str]) -> list[str]:
