@@ -47,6 +47,7 @@ _FAILING = (
     | (pl.col("num_gaps").fill_null(0) > 0)
     | (pl.col("num_damaged").fill_null(0) > 0)
     | pl.col("incomplete").fill_null(False)
+    | pl.col("failed").fill_null(False)
 )
 
 
@@ -346,7 +347,7 @@ def pick_timelines(
 
 _KIND_TITLES = {
     "slowest": "Slowest rollouts",
-    "failing": "Failing rollouts (errors, gaps or damaged lines)",
+    "failing": "Failing rollouts (failed in collection, errors, gaps or damaged lines)",
     "sample": "A sample of ordinary rollouts",
 }
 

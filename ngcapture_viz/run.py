@@ -29,6 +29,7 @@ from ngcapture_viz.frames.rollouts import (
 )
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS
 from ngcapture_viz.load._assemble import RunBuilder, Sources
+from ngcapture_viz.load.failures import failures_file, read_failures
 from ngcapture_viz.load.index import IndexStats
 from ngcapture_viz.load.rollouts import read_rollouts
 
@@ -52,6 +53,8 @@ class CaptureRun:
         label: the run's label (``None`` for a stack of runs).
         calls, rollouts, gaps, tool_calls: the frames (see ``docs/frames.md``).
         index_stats: what refreshing the sidecar index did (``None`` without a store).
+        capture_dir, rollouts_path, failures_path: where the data came from (``failures_path``:
+            the collector's ``<stem>_failures.jsonl``, read when it was there).
         runs: the runs a stack was built from, by label.
     """
 
@@ -65,6 +68,7 @@ class CaptureRun:
         tool_calls: pl.DataFrame,
         capture_dir: Path | None = None,
         rollouts_path: Path | None = None,
+        failures_path: Path | None = None,
         index_stats: IndexStats | None = None,
         runs: Mapping[str, CaptureRun] | None = None,
     ) -> None:
@@ -75,6 +79,7 @@ class CaptureRun:
         self.tool_calls = tool_calls
         self.capture_dir = capture_dir
         self.rollouts_path = rollouts_path
+        self.failures_path = failures_path
         self.index_stats = index_stats
         self.runs: dict[str, CaptureRun] = dict(runs) if runs else {}
         if label is not None and not self.runs:
@@ -237,6 +242,9 @@ def open_run(
             )
         if sources.rollouts is not None:
             builder.read_rollouts(read_rollouts(sources.rollouts))
+            failures = read_failures(failures_file(sources.rollouts))
+            if failures is not None:
+                builder.read_failures(failures)
         frames = builder.build()
     run = CaptureRun(
         label,
@@ -246,6 +254,7 @@ def open_run(
         tool_calls=frames.tool_calls,
         capture_dir=sources.capture_dir,
         rollouts_path=sources.rollouts,
+        failures_path=builder.failures.source.path if builder.failures is not None else None,
         index_stats=builder.index_stats,
     )
     if strict and run.gaps.height:

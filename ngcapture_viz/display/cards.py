@@ -179,8 +179,17 @@ def run_html(run: CaptureRun, *, plotlyjs: bool = False) -> str:
         if failures is not None:
             sources.append(("failures file", failures))
         dl = "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(v)}</dd>" for k, v in facts + sources)
+        failed = run.rollouts.filter(
+            (pl.col("run").cast(pl.String) == label) & pl.col("failed").fill_null(False)
+        ).select("rollout_id", "failure")
+        failed_table = (
+            table_html(failed, caption="Rollouts that failed in collection", wrap=["failure"])
+            if failed.height
+            else ""
+        )
         blocks.append(
             f"<h3>CaptureRun {_esc(label)}</h3><dl>{dl}</dl><h4>Gaps by code</h4>{gap_table}"
+            + failed_table
         )
     note = (
         '<p class="note">Unknown is never zero: a total sums what calls reported, and says how '

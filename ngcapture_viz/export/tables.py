@@ -10,7 +10,9 @@ the SHA-256 and size of each call's capture line, so exported rows can be joined
 local store.
 
 Absolute paths name users and machines, so the tables carry ``file`` (the file name only)
-instead of ``path``.
+instead of ``path``; ``path``, when asked for, is relative to the capture directory (capture
+files, markers) or to the rollout file's folder (rollout and failures files).
+``absolute_paths=True`` keeps the local absolute paths, for local use.
 
 Example:
     >>> import ngcapture_viz as ngv  # doctest: +SKIP
@@ -79,6 +81,7 @@ def payload_free_tables(
     *,
     extra_columns: Sequence[str] | None = None,
     payload_digests: bool = False,
+    absolute_paths: bool = False,
 ) -> dict[str, pl.DataFrame]:
     """The calls, rollouts, gaps and tool-calls frames reduced to their allowlisted columns.
 
@@ -89,6 +92,8 @@ def payload_free_tables(
         payload_digests: add ``payload_sha256`` and ``payload_bytes`` to the calls table: the
             SHA-256 and length of the exact capture-line bytes (read from the store; null for
             calls known only from an attachment or whose line cannot be read).
+        absolute_paths: keep ``path`` as the local absolute path (default: relative to the
+            capture directory, or to the rollout file's folder, as the files are shared).
 
     Raises:
         ExportError: an extra column is a payload column, or no frame has it.
@@ -104,21 +109,61 @@ def payload_free_tables(
         extra_columns = [extra_columns]
     extra = list(dict.fromkeys(extra_columns or ()))
     check_extra_columns(frames, extra)
+    roots = None if absolute_paths else _roots(run)
     return {
-        name: _table(name, frame, extra, payload_digests=payload_digests)
+        name: _table(name, frame, extra, payload_digests=payload_digests, roots=roots)
         for name, frame in frames.items()
     }
 
 
+def _roots(run: CaptureRun) -> dict[str, list[str]]:
+    """Per run label, the folders paths are made relative to (capture dir, rollout folder)."""
+    roots: dict[str, list[str]] = {}
+    for label, member in run.runs.items():
+        folders = [member.capture_dir]
+        if member.rollouts_path is not None:
+            folders.append(member.rollouts_path.parent)
+        roots[label] = [str(folder) + os.sep for folder in folders if folder is not None]
+    return roots
+
+
+def relative_paths(path: pl.Expr, roots: Mapping[str, Sequence[str]]) -> pl.Expr:
+    """``path`` without the first of its run's ``roots`` it starts with (else its file name).
+
+    Example:
+        >>> frame = pl.DataFrame({"run": ["a"], "path": ["/home/me/calls/0-0.capture.jsonl"]})
+        >>> frame.select(relative_paths(pl.col("path"), {"a": ["/home/me/calls/"]})).item()
+        '0-0.capture.jsonl'
+    """
+    relative = _file_name(path)  # a path under no known folder: its name, never the full path
+    run = pl.col("run").cast(pl.String)
+    for label, folders in roots.items():
+        for folder in reversed(folders):  # the first folder wins: it is applied last
+            relative = (
+                pl.when((run == label) & path.str.starts_with(folder))
+                .then(path.str.strip_prefix(folder))
+                .otherwise(relative)
+            )
+    return pl.when(path.is_null()).then(None).otherwise(relative)
+
+
 def _table(
-    name: str, frame: pl.DataFrame, extra: Sequence[str], *, payload_digests: bool
+    name: str,
+    frame: pl.DataFrame,
+    extra: Sequence[str],
+    *,
+    payload_digests: bool,
+    roots: Mapping[str, Sequence[str]] | None,
 ) -> pl.DataFrame:
+    if name == "calls" and payload_digests:
+        frame = frame.with_columns(_digests(frame))  # read with the absolute paths
     if "path" in frame.columns:
         frame = frame.with_columns(_file_name(pl.col("path")).alias("file"))
+        if roots is not None:
+            frame = frame.with_columns(relative_paths(pl.col("path"), roots).alias("path"))
     keep = [c for c in ALLOWED_COLUMNS[name] if c in frame.columns]
     keep += [c for c in extra if c in frame.columns and c not in keep]
     if name == "calls" and payload_digests:
-        frame = frame.with_columns(_digests(frame))
         keep += DIGEST_COLUMNS
     order = [_sort_key(c) for c in _ORDER[name]]
     return frame.select(keep).sort(order, nulls_last=True, maintain_order=True)
@@ -264,6 +309,7 @@ def to_parquet(
     *,
     extra_columns: Sequence[str] | None = None,
     payload_digests: bool = False,
+    absolute_paths: bool = False,
 ) -> dict[str, Path]:
     """Write the payload-free tables as ``<directory>/<table>.parquet``; returns their paths.
 
@@ -274,7 +320,10 @@ def to_parquet(
         PosixPath('export/calls.parquet')
     """
     tables = payload_free_tables(
-        run_or_runs, extra_columns=extra_columns, payload_digests=payload_digests
+        run_or_runs,
+        extra_columns=extra_columns,
+        payload_digests=payload_digests,
+        absolute_paths=absolute_paths,
     )
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)

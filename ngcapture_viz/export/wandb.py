@@ -103,6 +103,7 @@ def export_to_wandb(
     name: str | None = None,
     extra_columns: Sequence[str] | None = None,
     payload_digests: bool = False,
+    absolute_paths: bool = False,
     max_rows: int = WANDB_MAX_ROWS,
     prefix: str = "ngcapture",
 ) -> ExportResult:
@@ -117,7 +118,8 @@ def export_to_wandb(
         run_or_runs: a run, a stack of runs, or a sequence of runs to stack.
         wandb_run: the W&B run to log to; default the active run (``wandb.run``), else a new one
             started with ``wandb.init(project=, entity=, name=)`` and finished before returning.
-        extra_columns, payload_digests: see :func:`~ngcapture_viz.export.payload_free_tables`.
+        extra_columns, payload_digests, absolute_paths: see
+            :func:`~ngcapture_viz.export.payload_free_tables` (paths are relative by default).
         max_rows: rows kept per table at most; a capped table gets a note in the result and
             the log (W&B's documented limit is 200,000 rows per table).
         prefix: the key prefix of everything logged.
@@ -133,7 +135,10 @@ def export_to_wandb(
     """
     wandb = _import_wandb()
     tables = payload_free_tables(
-        run_or_runs, extra_columns=extra_columns, payload_digests=payload_digests
+        run_or_runs,
+        extra_columns=extra_columns,
+        payload_digests=payload_digests,
+        absolute_paths=absolute_paths,
     )
     capped, notes = cap_rows(tables, max_rows)
     summary: dict[str, float | int | None] = {

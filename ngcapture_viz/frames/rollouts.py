@@ -45,7 +45,11 @@ ROLLOUTS: Final = FrameSchema(
         Column("attempt", _INT, "Resume attempt (`-a<n>` suffix; 0 for the first)."),
         Column("reward", _FLOAT, "Reward from the rollout record (null: none)."),
         Column("in_store", _BOOL, "The store has a capture file or marker (null: no store given)."),
-        Column("in_rollouts", _BOOL, "The rollout file has a record (null: no file given)."),
+        Column(
+            "in_rollouts",
+            _BOOL,
+            "The rollout file or its failures file has a record (null: no file given).",
+        ),
         Column("incomplete", _BOOL, "The store marked the capture incomplete."),
         Column("pending_writes", _INT, "Capture writes still marked pending."),
         Column("num_calls", _INT, "Readable captured calls (null: no capture, no attachment)."),
@@ -63,7 +67,13 @@ ROLLOUTS: Final = FrameSchema(
         Column("num_gaps", _INT, "Gap rows about this rollout."),
         Column("num_damaged", _INT, "Damaged capture lines."),
         Column("path", _STR, "The capture file (null when none)."),
-        Column("rollouts_line", _INT, "Line of the record in the rollout file."),
+        Column("rollouts_line", _INT, "Line of the record in the rollout file (or failures file)."),
+        Column(
+            "failed",
+            _BOOL,
+            "Collection failed: the record is in the failures file (null: no record says).",
+        ),
+        Column("failure", _STR, "Why it failed: `<error_type>: <error>` from `ng_failure`."),
     ],
 )
 

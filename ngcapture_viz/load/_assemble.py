@@ -27,6 +27,7 @@ from ngcapture_viz.frames.rollouts import (
     rollout_part_columns,
 )
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS, ToolCallColumns
+from ngcapture_viz.load.failures import Failures
 from ngcapture_viz.load.index import CaptureIndex, IndexStats
 from ngcapture_viz.load.rollouts import RolloutSource
 
@@ -65,6 +66,8 @@ class RunBuilder:
         self.gap_frames: list[pl.DataFrame] = []
         self.store_rollouts = pl.DataFrame(schema=_STORE_SCHEMA)
         self.records: RolloutSource | None = None
+        self.failures: Failures | None = None
+        self._failed_records: set[int] = set()  # id() of the records read from the failures
         self.index_stats: IndexStats | None = None
 
     # -- the store ------------------------------------------------------------------------
@@ -175,6 +178,27 @@ class RunBuilder:
                     rollout_id=record.rollout_id,
                     detail=gap.detail,
                     path=str(source.path),
+                    line_number=record.line_number,
+                )
+
+    def read_failures(self, failures: Failures) -> None:
+        """The collector's failed rollouts: records like the rollout file's, with a reason."""
+        self.failures = failures
+        if self.records is None:
+            self.records = RolloutSource(failures.source.path)
+        self.gaps.extend(failures.source.gaps)
+        seen = {r.rollout_id for r in self.records.records}
+        failed = [r for r in latest(failures.source) if r.rollout_id not in seen]
+        self.records.records[:0] = failed  # first: a record of the rollout file supersedes
+        self._failed_records = {id(r) for r in failed}
+        for record in failed:
+            for gap in record.attachment.gaps if record.attachment is not None else ():
+                self.gaps.add(
+                    gap.code,
+                    source="attachment",
+                    rollout_id=record.rollout_id,
+                    detail=gap.detail,
+                    path=str(failures.source.path),
                     line_number=record.line_number,
                 )
 
@@ -297,6 +321,7 @@ class RunBuilder:
                 "reward": [r.reward for r in records],
                 "rollouts_line": [r.line_number for r in records],
                 "attached": [r.attachment is not None for r in records],
+                "failure": [self._failure(r) for r in records],
                 "_record": range(len(records)),
             },
             schema={
@@ -307,6 +332,7 @@ class RunBuilder:
                 "reward": ROLLOUTS.polars["reward"],
                 "rollouts_line": ROLLOUTS.polars["rollouts_line"],
                 "attached": pl.Boolean(),
+                "failure": pl.String(),
                 "_record": pl.Int64(),
             },
         )
@@ -331,6 +357,9 @@ class RunBuilder:
             "pending_writes",
             "path",
             "rollouts_line",
+            # Null where no record tells (no rollout file, or a rollout only the store has).
+            pl.when(listed).then(pl.col("failure").is_not_null()).alias("failed"),
+            "failure",
             # Call evidence: a capture file or marker, or an attachment listing the calls.
             (stored | pl.col("attached").fill_null(False)).alias(EVIDENCE),
         ).cast({name: ROLLOUTS.polars[name] for name in _BASE})
@@ -339,6 +368,12 @@ class RunBuilder:
         rows = joined["_record"].to_list()
         fields = [{} if i is None else records[i].fields for i in rows] if records else []
         return frame, fields
+
+    def _failure(self, record: Any) -> str | None:
+        """The reason a record of the failures file failed (None: a record of the rollout file)."""
+        if self.failures is None or id(record) not in self._failed_records:
+            return None
+        return self.failures.reasons.get(record.rollout_id)
 
     def _comparison_gaps(self, one_sided: pl.DataFrame) -> None:
         """Rollouts in the store or in the rollout file, but not in both."""
@@ -384,6 +419,8 @@ _BASE = (
     "pending_writes",
     "path",
     "rollouts_line",
+    "failed",
+    "failure",
 )
 
 

@@ -90,6 +90,33 @@ def test_extra_columns_are_added_on_request(run: ngv.CaptureRun) -> None:
     assert "question" not in tables["calls"].columns
 
 
+def test_paths_are_relative_to_the_capture_directory_unless_asked(
+    run: ngv.CaptureRun, tmp_path: Path
+) -> None:
+    assert run.capture_dir is not None and run.rollouts_path is not None
+    tables = payload_free_tables(run, extra_columns=["path"])
+    local = str(tmp_path)
+    with_paths = {name: t for name, t in tables.items() if "path" in t.columns}
+    assert set(with_paths) == {"calls", "rollouts", "gaps"}
+    for name, table in with_paths.items():
+        assert not any(local in (p or "") for p in table["path"].to_list()), name
+    calls = tables["calls"].join(
+        run.calls.select("rollout_id", "call_index", pl.col("path").alias("absolute")),
+        on=["rollout_id", "call_index"],
+    )
+    for relative, absolute in calls.select("path", "absolute").rows():
+        assert Path(absolute) == run.capture_dir / relative
+    rollouts = tables["rollouts"].filter(pl.col("path").is_not_null())
+    assert rollouts.height and all(p.endswith(".capture.jsonl") for p in rollouts["path"])
+    kept = payload_free_tables(run, extra_columns=["path"], absolute_paths=True)
+    assert (
+        kept["calls"]["path"].to_list()
+        == run.calls.sort("rollout_id", "call_index")["path"].to_list()
+    )
+    written = to_parquet(run, tmp_path / "parquet", extra_columns=["path"])
+    assert local not in str(pl.read_parquet(written["calls"])["path"].to_list())
+
+
 @pytest.mark.parametrize(
     "column",
     [
