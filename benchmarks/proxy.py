@@ -511,11 +511,38 @@ def run(*, quick: bool = False, plan: Plan | None = None, out: Path = OUT) -> li
 # py-spy
 
 
+def _pyspy(pyspy: str, pid: int, seconds: float, output: Path, *, gil: bool) -> None:
+    args = [
+        pyspy,
+        "record",
+        "--pid",
+        str(pid),
+        "--duration",
+        str(round(seconds)),
+        "--rate",
+        "100",
+        "--format",
+        "raw",
+        "--full-filenames",
+        "--nonblocking",
+        "--subprocesses",
+        "--output",
+        str(output),
+    ]
+    subprocess.run([*args, "--gil"] if gil else args, check=True, capture_output=True)
+
+
 def profile(*, seconds: float = 10.0, capture: bool = True, out: Path = OUT) -> Path:
-    """py-spy on the ngcapture proxy while wrk drives it at c=64; writes a top-functions summary."""
+    """py-spy on the ngcapture proxy while wrk drives it at c=64; writes a top-functions summary.
+
+    Two recordings of ``seconds`` each, one after the other under the same wrk run: every
+    non-idle sample (a thread waiting in fsync or flock counts), then only samples holding the
+    GIL (where the Python CPU goes). Raw stacks: ``proxy-profile-{all,gil}.txt``.
+    """
     wrk, pyspy = ensure_wrk(), ensure_pyspy()
     out.mkdir(parents=True, exist_ok=True)
-    raw, summary = out / "proxy-profile.txt", out / "proxy-profile.md"
+    raws = {"all": out / "proxy-profile-all.txt", "gil": out / "proxy-profile-gil.txt"}
+    summary = out / "proxy-profile.md"
     body = orjson.dumps(request_body("chat"))
     with (
         tempfile.TemporaryDirectory(prefix="ngc-bench-profile-") as tmp,
@@ -527,38 +554,21 @@ def profile(*, seconds: float = 10.0, capture: bool = True, out: Path = OUT) -> 
         script.write_text(wrk_script(body, prefixed=True))
         run_wrk(wrk, server.url, script, seconds=2, connections=CONCURRENCY)  # warm
         load = pool.submit(
-            run_wrk, wrk, server.url, script, seconds=seconds + 3, connections=CONCURRENCY
+            run_wrk, wrk, server.url, script, seconds=2 * seconds + 3, connections=CONCURRENCY
         )
         time.sleep(1.0)
-        subprocess.run(
-            [
-                pyspy,
-                "record",
-                "--pid",
-                str(server.process.pid),
-                "--duration",
-                str(round(seconds)),
-                "--rate",
-                "100",
-                "--format",
-                "raw",
-                "--full-filenames",
-                "--nonblocking",
-                "--subprocesses",
-                "--output",
-                str(raw),
-            ],
-            check=True,
-            capture_output=True,
-        )
+        for name, raw in raws.items():
+            _pyspy(pyspy, server.process.pid, seconds, raw, gil=name == "gil")
         result = load.result().result
     title = (
-        f"py-spy: ngcapture proxy, capture {'on' if capture else 'off'}, wrk c=64, "
-        f"{seconds:g} s ({result.req_s:,.0f} req/s while sampled; code {_code_identity()})"
+        f"py-spy: ngcapture proxy, capture {'on' if capture else 'off'}, wrk -c64, "
+        f"{result.req_s:,.0f} req/s while sampled; code {_code_identity()}"
     )
-    summary.write_text(
-        profile_markdown(summarise_profile(parse_pyspy_raw(raw.read_text())), title=title)
-    )
+    parts = [f"# {title}", ""]
+    for name, heading in (("all", "All non-idle samples"), ("gil", "Samples holding the GIL")):
+        stacks = parse_pyspy_raw(raws[name].read_text())
+        parts.append(profile_markdown(summarise_profile(stacks), title=f"{heading}, {seconds:g} s"))
+    summary.write_text("\n".join(parts))
     print(summary.read_text())
     return summary
 
