@@ -2,13 +2,16 @@
 
 * :func:`collect` / :class:`CollectConfig`: the collection loop behind ``ngcapture collect``.
 * :class:`SimpleAgent`, and for custom agents :func:`rollout_base_url` and
-  :func:`rollout_id_from_body`.
-* :func:`capture_attachment`, :func:`project_trajectory`, :func:`capture_fields`: the
-  ``ng_model_call_capture`` and ``ng_trajectory`` fields of a rollout record.
+  :func:`rollout_id_from_body`; :func:`task_request` turns a task row (NeMo Gym
+  ``responses_create_params``, a multiple-choice question, a prompt) into a request.
+* :func:`capture_attachment`, :func:`capture_fields`, :func:`project_trajectory`: the
+  ``ng_model_call_capture``, ``ng_agent_observations``, ``ng_trajectory`` and ``ng_perf``
+  fields of a rollout record.
 * :func:`plan_attempts`, :func:`clear_rollouts`: resume attempts and clearing before dispatch.
 """
 
 from capture_core.collect.agent import (
+    DELEGATE,
     TOOLS,
     Agent,
     SimpleAgent,
@@ -36,11 +39,16 @@ from capture_core.collect.attempts import (
     rollout_ids,
 )
 from capture_core.collect.grader import grade, parse_answer
+from capture_core.collect.mcqa import extract_answer, grade_mcqa
 from capture_core.collect.runner import EXAMPLE_TASKS, CollectConfig, CollectSummary, collect
+from capture_core.collect.tasks import TaskRequest, TaskRowError, chat_request, task_request
+from capture_core.collect.tools import ToolExecution, execute_tool
 from capture_core.collect.trajectory import (
+    EVIDENCE_KEYS,
     SCHEMA_VERSION,
     TRAJECTORY_KEY,
     TrajectoryRecord,
+    attach_evidence,
     capture_fields,
     project_trajectory,
 )
@@ -49,6 +57,8 @@ __all__ = [
     "CLEARED_DIR",
     "DEFAULT_DRAIN_TIMEOUT_S",
     "DEFAULT_MAX_ATTEMPTS",
+    "DELEGATE",
+    "EVIDENCE_KEYS",
     "EXAMPLE_TASKS",
     "SCHEMA_VERSION",
     "TOOLS",
@@ -62,15 +72,23 @@ __all__ = [
     "CollectSummary",
     "ResumeState",
     "SimpleAgent",
+    "TaskRequest",
+    "TaskRowError",
     "Tool",
+    "ToolExecution",
     "TrajectoryRecord",
+    "attach_evidence",
     "capture_attachment",
     "capture_fields",
+    "chat_request",
     "clear_rollouts",
     "collect",
+    "execute_tool",
     "expand_rows",
+    "extract_answer",
     "failures_path",
     "grade",
+    "grade_mcqa",
     "load_resume_state",
     "parse_answer",
     "plan_attempts",
@@ -81,4 +99,5 @@ __all__ = [
     "rollout_ids",
     "run_tool",
     "task_prompt",
+    "task_request",
 ]

@@ -3,31 +3,54 @@
 Capture needs every model call of a rollout to go through ``<model_url>/ng-rollout/<id>``:
 :func:`rollout_base_url` builds that base URL for any OpenAI-compatible SDK, and
 :func:`~capture_core.ids.rollout_id_from_body` (re-exported here) derives the id from a run
-request. :class:`SimpleAgent` asks a task's question with ``responses.create`` (default) or
-``chat.completions.create``; with ``tools=True`` it offers two built-in tools (``lookup``, a
-small fact table, and ``calculator``, safe arithmetic) and runs the tool calls the model makes,
-sending their outputs back, until the model answers in text or ``max_turns`` is reached.
+request. :class:`SimpleAgent` sends a task row's request (:func:`task_request`: NeMo Gym
+``responses_create_params``, a multiple-choice question or a prompt) with ``responses.create``
+(default) or ``chat.completions.create``; with ``tools=True`` it offers the built-in tools and
+runs the calls the model makes, sending their outputs back, until the model answers in text or
+``max_turns`` is reached; with ``subagent=True`` it also offers ``delegate``, which hands a
+sub-task to a child invocation of itself.
+
+Besides its answer, every rollout returns its own evidence: ``ng_agent_observations`` (the
+invocations, the model calls each made, each tool execution timed by the executor) and an
+``ng_trajectory`` with one turn per invocation.
 """
 
 from __future__ import annotations
 
-import ast
-import operator
+import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, cast
-
-import orjson
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from capture_core.collect.attempts import CollectError
+from capture_core.collect.conversation import (
+    ChatConversation,
+    Conversation,
+    ModelTurn,
+    ResponsesConversation,
+)
+from capture_core.collect.tasks import TaskRequest, task_prompt, task_request
+from capture_core.collect.tools import TOOLS, Tool, ToolFunction, execute_tool, run_tool
 from capture_core.ids import rollout_id_from_body, validate_rollout_id
+from capture_core.observations import (
+    OBSERVATIONS_KEY,
+    SCHEMA_VERSION,
+    TRAJECTORY_KEY,
+    InvocationRecorder,
+    ObservationRecorder,
+    trajectory_task_id,
+)
 
 if TYPE_CHECKING:
     import openai
 
 __all__ = [
     "DEFAULT_MODEL",
+    "DELEGATE",
     "ROLLOUT_PATH_PREFIX",
+    "SOURCE",
     "TOOLS",
     "Agent",
     "SimpleAgent",
@@ -40,9 +63,18 @@ __all__ = [
 
 DEFAULT_MODEL: Final = "sim-model-1"
 ROLLOUT_PATH_PREFIX: Final = "ng-rollout"
+SOURCE: Final = "ngcapture.simple_agent"
+MAIN_INVOCATION: Final = "main"
 API_KEY: Final = "ngcapture"  # the capture server forwards it; a real upstream would need one
 Dialect = Literal["responses", "chat"]
 HeadersFor = Mapping[str, str] | Callable[[Mapping[str, Any], str], Mapping[str, str]]
+DELEGATE: Final = Tool(
+    "delegate",
+    "Hand a sub-task to a helper agent that can look facts up and calculate; returns its answer.",
+    {"type": "object", "additionalProperties": False,
+     "properties": {"task": {"type": "string"}}, "required": ["task"]},
+    lambda task: "",  # replaced per call by the child invocation that runs it
+)  # fmt: skip
 
 
 class Agent(Protocol):
@@ -68,181 +100,48 @@ def rollout_base_url(model_url: str, rollout_id: str) -> str:
     return f"{model_url.rstrip('/')}/{ROLLOUT_PATH_PREFIX}/{validate_rollout_id(rollout_id)}/v1"
 
 
-def task_prompt(row: Mapping[str, Any]) -> str:
-    """The user message for a task row: a multiple-choice question, or the row's ``prompt``.
-
-    Raises:
-        CollectError: the row has neither ``question`` + ``options`` nor a ``prompt`` string.
-
-    Example:
-        >>> print(task_prompt({"question": "2+2?", "options": {"A": "3", "B": "4"}}))
-        2+2?
-        <BLANKLINE>
-        (A) 3
-        (B) 4
-        <BLANKLINE>
-        Answer with the letter of the correct option, as: The answer is (letter).
-    """
-    question, options = row.get("question"), row.get("options")
-    if isinstance(question, str) and isinstance(options, Mapping) and options:
-        choices = [f"({letter}) {text}" for letter, text in options.items()]
-        instruction = "Answer with the letter of the correct option, as: The answer is (letter)."
-        return "\n".join([question, "", *choices, "", instruction])
-    prompt = row.get("prompt")
-    if isinstance(prompt, str) and prompt:
-        return prompt
-    raise CollectError("a task row needs 'question' and 'options', or a 'prompt' string")
-
-
-# ---------------------------------------------------------------------------------------------
-# Built-in tools
-
-
 @dataclass(frozen=True, slots=True)
-class Tool:
-    """A built-in tool: its name, description, JSON-schema parameters and implementation."""
+class _Answer:
+    """How an invocation ended: the last model answer and how many calls it took."""
 
-    name: str
-    description: str
-    parameters: dict[str, Any]
-    function: Callable[..., str]
-
-    def responses_spec(self) -> dict[str, Any]:
-        return {"type": "function", "name": self.name, "description": self.description,
-                "parameters": self.parameters}  # fmt: skip
-
-    def chat_spec(self) -> dict[str, Any]:
-        function = {"name": self.name, "description": self.description,
-                    "parameters": self.parameters}  # fmt: skip
-        return {"type": "function", "function": function}
+    turn: ModelTurn
+    calls: int
+    started_at: float
+    question: str
+    invocation: InvocationRecorder
 
 
-FACTS: Final = {
-    "speed of light": "The speed of light in vacuum is 299,792,458 metres per second.",
-    "boiling point of water": "Water boils at 100 degrees Celsius at sea level.",
-    "largest planet": "Jupiter is the largest planet in the Solar System.",
-    "closest planet to the sun": "Mercury is the planet closest to the Sun.",
-    "capital of australia": "Canberra is the capital of Australia.",
-    "chemical symbol for gold": "The chemical symbol for gold is Au.",
-    "longest river": "The Nile and the Amazon are the two longest rivers.",
-    "hardest natural substance": "Diamond is the hardest natural substance.",
-}
-_MAX_EXPRESSION: Final = 200
-_MAX_MAGNITUDE: Final = 1e100
-_BINARY: Final[dict[type[ast.operator], Callable[[Any, Any], Any]]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
-}  # fmt: skip
-_UNARY: Final[dict[type[ast.unaryop], Callable[[Any], Any]]] = {
-    ast.UAdd: operator.pos,
-    ast.USub: operator.neg,
-}
+class _Rollout:
+    """One rollout's client, recorder and sub-agent numbering."""
 
+    def __init__(self, client: openai.OpenAI, recorder: ObservationRecorder) -> None:
+        self.client, self.recorder = client, recorder
+        self.answers: list[_Answer] = []
+        self._children: dict[str, int] = {}
+        self._lock = threading.Lock()
 
-def lookup(query: str) -> str:
-    """The fact whose key words all occur in ``query``, or a note that there is none.
-
-    Example:
-        >>> lookup("What is the speed of light?")
-        'The speed of light in vacuum is 299,792,458 metres per second.'
-    """
-    words = set(str(query).lower().replace("?", " ").split())
-    for key, fact in FACTS.items():
-        if set(key.split()) <= words:
-            return fact
-    return f"No entry for {str(query)[:100]!r}. Known topics: {', '.join(FACTS)}."
-
-
-def calculator(expression: str) -> str:
-    """Evaluate an arithmetic expression (numbers, + - * / // % **, parentheses) safely.
-
-    Example:
-        >>> calculator("(2 + 3) * 4 ** 2")
-        '80'
-    """
-    text = str(expression)
-    if len(text) > _MAX_EXPRESSION:
-        return f"error: the expression is longer than {_MAX_EXPRESSION} characters"
-    try:
-        value = _evaluate(ast.parse(text, mode="eval").body)
-    except (SyntaxError, ValueError, ArithmeticError) as exc:
-        return f"error: {exc}"
-    return str(value)
-
-
-def _evaluate(node: ast.expr) -> int | float:
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return cast(int | float, node.value)
-    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        return cast(int | float, _UNARY[type(node.op)](_evaluate(node.operand)))
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        left, right = _evaluate(node.left), _evaluate(node.right)
-        if isinstance(node.op, ast.Pow) and (abs(right) > 64 or abs(left) > 1e6):
-            raise ValueError("the power is too large")
-        value = cast(int | float, _BINARY[type(node.op)](left, right))
-        if abs(value) > _MAX_MAGNITUDE:
-            raise ValueError("the result is too large")
-        return value
-    raise ValueError(f"unsupported expression element {type(node).__name__}")
-
-
-_OBJECT: Final = {"type": "object", "additionalProperties": False}
-TOOLS: Final = (
-    Tool(
-        "lookup",
-        "Look up a short fact about a science or geography topic.",
-        {**_OBJECT, "properties": {"query": {"type": "string"}}, "required": ["query"]},
-        lookup,
-    ),
-    Tool(
-        "calculator",
-        "Evaluate an arithmetic expression such as (2 + 3) * 4.",
-        {**_OBJECT, "properties": {"expression": {"type": "string"}},
-         "required": ["expression"]},
-        calculator,
-    ),
-)  # fmt: skip
-_BY_NAME: Final = {tool.name: tool for tool in TOOLS}
-
-
-def run_tool(name: str, arguments: str) -> str:
-    """Run a built-in tool on the model's JSON arguments; problems come back as its output.
-
-    Example:
-        >>> run_tool("calculator", '{"expression": "6 * 7"}')
-        '42'
-    """
-    tool = _BY_NAME.get(name)
-    if tool is None:
-        return f"error: unknown tool {name!r}"
-    try:
-        args = orjson.loads(arguments or "{}")
-    except orjson.JSONDecodeError as exc:
-        return f"error: the arguments are not valid JSON: {exc}"
-    if not isinstance(args, dict):
-        return "error: the arguments must be a JSON object"
-    try:
-        return tool.function(**args)
-    except TypeError as exc:
-        return f"error: {exc}"
-
-
-# ---------------------------------------------------------------------------------------------
-# The agent
+    def child_id(self, parent: str) -> str:
+        with self._lock:
+            self._children[parent] = self._children.get(parent, 0) + 1
+            return f"{parent}/{self._children[parent]}"
 
 
 class SimpleAgent:
-    """Ask a task's question through the capture server with the official ``openai`` SDK.
+    """Run a task row through the capture server with the official ``openai`` SDK.
 
     Args:
         model_url: the capture server's root URL.
-        model: the model name sent in requests.
-        dialect: ``responses`` (``responses.create``) or ``chat`` (``chat.completions.create``).
+        model: the model name sent in requests (a row's ``responses_create_params.model``
+            wins).
+        dialect: ``responses`` (``responses.create``) or ``chat`` (``chat.completions.create``,
+            a NeMo Gym row's Responses params translated).
         tools: offer the built-in tools and run the calls the model makes.
-        max_turns: at most this many model calls per rollout.
+        subagent: also offer ``delegate``, run as a child invocation (needs ``tools``).
+        max_turns: at most this many model calls per invocation.
         timeout_s: the SDK's request timeout.
         headers: extra request headers, or a function of (row, rollout id) returning them.
+        model_server: the capture server's model-server name (its ``model_ref``), used to
+            name the calls in the observations.
 
     Example:
         >>> agent = SimpleAgent("http://127.0.0.1:8000", tools=True)
@@ -257,27 +156,38 @@ class SimpleAgent:
         model: str = DEFAULT_MODEL,
         dialect: Dialect = "responses",
         tools: bool = False,
+        subagent: bool = False,
         max_turns: int = 4,
         timeout_s: float = 60.0,
         headers: HeadersFor | None = None,
+        model_server: str = "policy_model",
     ) -> None:
         if dialect not in ("responses", "chat"):
             raise CollectError(f"dialect must be 'responses' or 'chat', got {dialect!r}")
         if max_turns < 1:
             raise CollectError(f"max_turns must be at least 1, got {max_turns}")
+        if subagent and not tools:
+            raise CollectError("subagent=True needs tools=True (the sub-agent is a tool)")
         self.model_url = model_url
         self.model = model
         self.dialect: Dialect = dialect
         self.tools = tools
+        self.subagent = subagent
         self.max_turns = max_turns
         self.timeout_s = timeout_s
         self.headers = headers
+        self.model_server = model_server
 
     def run(self, row: Mapping[str, Any], rollout_id: str) -> dict[str, Any]:
-        """One rollout: ``{"response": <last response>, "output_text": ..., "turns": n}``."""
+        """One rollout: ``{"response", "output_text", "turns", "ng_agent_observations",
+        "ng_trajectory"}`` (``turns``: the root invocation's model calls).
+
+        Raises:
+            TaskRowError: the row cannot be turned into a request (no model call is made).
+        """
         import openai
 
-        prompt = task_prompt(row)
+        request = task_request(row)
         headers = self.headers(row, rollout_id) if callable(self.headers) else self.headers
         client = openai.OpenAI(
             base_url=rollout_base_url(self.model_url, rollout_id),
@@ -286,64 +196,98 @@ class SimpleAgent:
             timeout=self.timeout_s,
             default_headers=dict(headers or {}),
         )
+        rollout = _Rollout(client, ObservationRecorder(SOURCE, model_server=self.model_server))
         with client:
-            if self.dialect == "responses":
-                return self._responses(client, prompt)
-            return self._chat(client, prompt)
-
-    def _responses(self, client: openai.OpenAI, prompt: str) -> dict[str, Any]:
-        import openai
-
-        items: list[Any] = [{"role": "user", "content": prompt}]
-        tools: Any = [tool.responses_spec() for tool in TOOLS] if self.tools else openai.omit
-        turn = 0
-        while True:
-            turn += 1
-            response = client.responses.create(model=self.model, input=items, tools=tools)
-            calls = [item for item in response.output if item.type == "function_call"]
-            if not calls or turn >= self.max_turns:
-                break
-            items += [item.model_dump(mode="json", exclude_none=True) for item in response.output]
-            items += [
-                {"type": "function_call_output", "call_id": call.call_id,
-                 "output": run_tool(call.name, call.arguments)}
-                for call in calls
-            ]  # fmt: skip
+            answer = self._invoke(rollout, request, rollout.recorder.invocation(MAIN_INVOCATION))
         return {
-            "response": response.model_dump(mode="json"),
-            "output_text": response.output_text,
-            "turns": turn,
+            "response": answer.turn.response,
+            "output_text": answer.turn.text,
+            "turns": answer.calls,
+            OBSERVATIONS_KEY: rollout.recorder.to_json(),
+            **_producer_trajectory(row, rollout_id, rollout.answers),
         }
 
-    def _chat(self, client: openai.OpenAI, prompt: str) -> dict[str, Any]:
-        import openai
+    def _conversation(
+        self, client: openai.OpenAI, request: TaskRequest, tools: list[Tool]
+    ) -> Conversation:
+        if self.dialect == "responses":
+            return ResponsesConversation(client, self.model, request,
+                                         [tool.responses_spec() for tool in tools])  # fmt: skip
+        return ChatConversation(client, self.model, request,
+                                [tool.responses_spec() for tool in tools])  # fmt: skip
 
-        messages: list[Any] = [{"role": "user", "content": prompt}]
-        tools: Any = [tool.chat_spec() for tool in TOOLS] if self.tools else openai.omit
-        turn = 0
-        while True:
-            turn += 1
-            completion = client.chat.completions.create(
-                model=self.model, messages=messages, tools=tools
-            )
-            message = completion.choices[0].message
-            calls = [c for c in message.tool_calls or () if getattr(c, "function", None)]
-            if not calls or turn >= self.max_turns:
-                break
-            requested: list[dict[str, Any]] = []
-            outputs: list[dict[str, Any]] = []
-            for call in calls:
-                function = call.function  # type: ignore[union-attr]  # filtered above
-                requested.append({"id": call.id, "type": "function",
-                                  "function": {"name": function.name,
-                                               "arguments": function.arguments}})  # fmt: skip
-                output = run_tool(function.name, function.arguments)
-                outputs.append({"role": "tool", "tool_call_id": call.id, "content": output})
-            messages.append({"role": "assistant", "content": message.content,
-                             "tool_calls": requested})  # fmt: skip
-            messages += outputs
-        return {
-            "response": completion.model_dump(mode="json"),
-            "output_text": message.content or "",
-            "turns": turn,
-        }
+    def _offered(self, *, child: bool) -> list[Tool]:
+        if not self.tools:
+            return []
+        return [DELEGATE, *TOOLS] if self.subagent and not child else list(TOOLS)
+
+    def _invoke(
+        self, rollout: _Rollout, request: TaskRequest, invocation: InvocationRecorder
+    ) -> _Answer:
+        """One invocation's loop: ask, run the tools asked for, until a text answer."""
+        started = time.time()
+        offered = self._offered(child=invocation.invocation_id != MAIN_INVOCATION)
+        talk = self._conversation(rollout.client, request, offered)
+        calls = 0
+        try:
+            while True:
+                calls += 1
+                turn = talk.ask()
+                if turn.response_id:
+                    invocation.model_call(response_id=turn.response_id)
+                if not turn.calls or calls >= self.max_turns:
+                    break
+                outputs = []
+                for call in turn.calls:
+                    functions = self._functions(rollout, invocation, call.call_id, offered)
+                    run = execute_tool(call.name, call.arguments, functions=functions)
+                    invocation.tool_call(call.call_id, tool_name=call.name,
+                                         started_at=run.started_at, completed_at=run.completed_at,
+                                         status=run.status, error_type=run.error_type,
+                                         timing_source="executor")  # fmt: skip
+                    outputs.append((call.call_id, run.output))
+                talk.send(outputs)
+        except Exception as exc:
+            invocation.finish("failed", conversation=talk.history(), error_type=type(exc).__name__)
+            raise
+        invocation.finish("incomplete" if turn.calls else "completed", conversation=talk.history())
+        answer = _Answer(turn, calls, started, request.question, invocation)
+        rollout.answers.append(answer)
+        return answer
+
+    def _functions(self, rollout: _Rollout, parent: InvocationRecorder, call_id: str,
+                   offered: list[Tool]) -> dict[str, ToolFunction]:  # fmt: skip
+        functions = {tool.name: tool.function for tool in offered}
+        if DELEGATE.name in functions:
+            functions[DELEGATE.name] = partial(self._delegate, rollout, parent, call_id)
+        return functions
+
+    def _delegate(self, rollout: _Rollout, parent: InvocationRecorder, call_id: str,
+                  task: str) -> str:  # fmt: skip
+        """Run ``task`` as a child invocation; its answer is the tool's output."""
+        child = rollout.recorder.invocation(
+            rollout.child_id(parent.invocation_id),
+            parent_invocation_id=parent.invocation_id,
+            spawned_by_tool_call_id=call_id,
+        )
+        return self._invoke(rollout, TaskRequest.from_text(str(task)), child).turn.text
+
+
+def _producer_trajectory(
+    row: Mapping[str, Any], rollout_id: str, answers: list[_Answer]
+) -> dict[str, Any]:
+    """``{"ng_trajectory": ...}`` with one turn per invocation, or ``{}`` without a task id."""
+    try:
+        task_id = trajectory_task_id(row)
+    except ValueError:
+        return {}
+    turns = [
+        {"invocation_id": a.invocation.invocation_id, "task_id": task_id,
+         "rollout_id": rollout_id, "turn_no": 1, "timestamp": a.started_at,
+         "question": a.question, "answer": a.turn.text, "step_count": a.calls,
+         "model_calls": [ref.model_dump(mode="json") for ref in a.invocation.model_calls]}
+        for a in answers
+    ]  # fmt: skip
+    trajectory = {"schema_version": SCHEMA_VERSION, "task_id": task_id,
+                  "rollout_id": rollout_id, "turns": turns}  # fmt: skip
+    return {TRAJECTORY_KEY: trajectory}

@@ -1,7 +1,9 @@
 """Grade multiple-choice answers: find the chosen letter in the model's text, compare it.
 
 The reward is 1.0 when the parsed letter equals the row's ``answer`` and 0.0 otherwise (no
-letter found included); a row without an ``answer`` is not graded (reward ``None``).
+letter found included); a row without an ``answer`` is not graded (reward ``None``). NeMo Gym
+MCQA rows (``options`` as a list, ``expected_answer``) are graded as NeMo Gym grades them
+(:func:`~capture_core.collect.mcqa.grade_mcqa`: ``reward`` and ``extracted_answer``).
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any, Final
+
+from capture_core.collect.mcqa import grade_mcqa, is_mcqa_row
 
 __all__ = ["grade", "parse_answer"]
 
@@ -41,6 +45,7 @@ def grade(row: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
     """``{"reward", "parsed_answer"}`` of a multiple-choice rollout.
 
     The text graded is ``result["output_text"]``; the letters allowed are the row's option keys.
+    A NeMo Gym MCQA row gets ``{"reward", "extracted_answer"}`` instead.
 
     Example:
         >>> grade({"options": {"A": "3", "B": "4"}, "answer": "B"},
@@ -48,6 +53,8 @@ def grade(row: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
         {'reward': 1.0, 'parsed_answer': 'B'}
     """
     text = result.get("output_text")
+    if is_mcqa_row(row):
+        return grade_mcqa(row, text if isinstance(text, str) else "")
     options = row.get("options")
     letters = "".join(str(k) for k in options) if isinstance(options, Mapping) else _LETTERS
     parsed = parse_answer(text, letters) if isinstance(text, str) else None

@@ -42,7 +42,7 @@ from capture_core.collect.attempts import (
     rollout_ids,
 )
 from capture_core.collect.grader import grade
-from capture_core.collect.trajectory import capture_fields
+from capture_core.collect.trajectory import attach_evidence
 from capture_core.ids import ATTEMPT_INDEX_KEY
 from capture_core.records import ATTACHMENT_KEY
 
@@ -264,18 +264,22 @@ class _Run:
     ) -> bool:
         """Run, grade, attach, write. Returns whether the rollout succeeded."""
         result: dict[str, Any] = {}
+        started, ended = time.time(), None  # the rollout's window, for ng_perf
         try:
             result = dict(self.agent.run(row, rollout_id))
+            ended = time.time()
             record = {**row, **result}
             for key, value in self.grader(row, result).items():
                 record.setdefault(key, value)
         except Exception as exc:  # an agent or grader failure is this rollout's failure
+            ended = ended or time.time()
             record = self._failure(row, rollout_id, exc)
+        attachment = None
         if self.dirs:
             attachment = capture_attachment(
                 self.dirs, rollout_id, drain_timeout_s=self.config.drain_timeout_s
             )
-            record.update(capture_fields(row, result, attachment))
+        record = attach_evidence(record, row, result, attachment, window=(started, ended))
         ok = FAILURE_KEY not in record
         try:
             (successes if ok else failures).write(record)

@@ -116,9 +116,11 @@ def _text(rng: random.Random, prompt: _Prompt, topic: str) -> str:
     letters = sorted({a or b for a, b in _OPTION.findall(prompt.text)})
     if letters:
         pick = rng.choice(letters)
+        # NeMo Gym's MCQA prompts ask for the letter in \boxed{}: follow the instruction.
+        chosen = f"\\boxed{{{pick}}}" if "\\boxed" in prompt.text else f"({pick})"
         if prompt.after_tool:
-            return f"Given the tool result, the answer is ({pick})."
-        return f"The answer is ({pick})."
+            return f"Given the tool result, the answer is {chosen}."
+        return f"The answer is {chosen}."
     if prompt.after_tool:
         return rng.choice(
             [

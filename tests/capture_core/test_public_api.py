@@ -5,6 +5,8 @@ import subprocess
 import sys
 
 import capture_core
+import capture_core.collect
+import capture_core.observations
 import capture_core.server
 import capture_core.staging
 import capture_core.testing
@@ -21,7 +23,8 @@ def _isort_key(name: str) -> tuple[int, str]:
 
 def test_public_names_are_sorted_and_exist() -> None:
     modules = (capture_core, capture_core.server, capture_core.staging, capture_core.testing,
-               capture_core.tokens, ngcapture_viz)  # fmt: skip
+               capture_core.tokens, capture_core.collect, capture_core.observations,
+               ngcapture_viz)  # fmt: skip
     for module in modules:
         names = list(module.__all__)
         assert names == sorted(names, key=_isort_key), module.__name__

@@ -27,6 +27,8 @@ SEED_CALL_KEYS = {"model_call_id", "response_id", "call_index", "model_ref", "mo
                   "tokens_total", "latency_total_ms"}  # fmt: skip
 PAYLOADS = {"request", "response", "request_raw", "response_raw"}
 CAPTURE_KEYS = ("ng_model_call_capture", "ng_trajectory")
+#: Without capture the agent's own evidence is still projected, but never joined to calls.
+EVIDENCE_KEYS = (*CAPTURE_KEYS, "ng_agent_observations", "ng_perf")
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +106,8 @@ def test_cli_collects_20_tasks_twice_with_the_seed_attachment(
     assert set(keyed) == {(t, r) for t in range(20) for r in range(2)}
     for (task, repeat), record in keyed.items():
         assert record["ng_model_call_capture"]["rollout_id"] == f"{task}-{repeat}"
-        assert record["id"] == f"mcqa-{task:03d}"  # the bundled example tasks
+        assert record["task_id"] == f"mcqa-{task:03d}"  # the bundled example tasks
+        assert record["ng_trajectory"]["task_id"] == record["task_id"]
         assert record["reward"] == (1.0 if record["parsed_answer"] == record["answer"] else 0.0)
         check_attachment(record, capture_dir)
     assert not Path(str(output).replace(".jsonl", "_failures.jsonl")).read_bytes()
@@ -132,12 +135,16 @@ def test_capture_is_additive(worker: ServiceProcess, server: ServiceProcess, cap
     no_dirs = collect(CollectConfig(None, tmp_path / "nodirs.jsonl", server.url, **options))
     assert (off.ok, no_dirs.ok, off.num_calls, no_dirs.num_calls) == (16, 16, 0, 0)
     stripped = {
-        k: {f: v for f, v in r.items() if f not in CAPTURE_KEYS} for k, r in captured.items()
+        k: {f: v for f, v in r.items() if f not in EVIDENCE_KEYS} for k, r in captured.items()
     }
     for path in (tmp_path / "off.jsonl", tmp_path / "nodirs.jsonl"):
         plain = by_key(read(path))
-        assert not any(set(CAPTURE_KEYS) & set(r) for r in plain.values())
-        assert plain == stripped
+        for record in plain.values():
+            assert not {"ng_model_call_capture", "ng_perf"} & set(record)
+            gaps = [g["code"] for g in record["ng_trajectory"]["gaps"]]
+            assert gaps == ["model_calls_unavailable", "perf_unavailable"]
+        assert {k: {f: v for f, v in r.items() if f not in EVIDENCE_KEYS}
+                for k, r in plain.items()} == stripped  # fmt: skip
 
 
 FLAKY = textwrap.dedent("""
@@ -265,7 +272,14 @@ def test_damaged_capture_and_incomplete_marker_keep_the_other_calls(
         {"code": "model_call_capture_records_unreadable", "detail": "count=1"},
         {"code": "model_call_capture_incomplete"},
     ]
-    assert records[0, 0]["ng_trajectory"]["gaps"] == [{**g, "detail": g.get("detail")} for g in capture["gaps"]]  # fmt: skip
+    gaps = records[0, 0]["ng_trajectory"]["gaps"]
+    assert [g for g in gaps if g["code"].startswith("model_call_capture_")] == [
+        {**g, "invocation_id": None, "detail": g.get("detail")} for g in capture["gaps"]]  # fmt: skip
+    # The agent ran twice: the same request got the same response id, so the reference the
+    # second run reports names two captured calls, and the join does not guess.
+    assert gaps[0]["code"] == "model_call_reference_ambiguous"
+    assert gaps[-1] == {"code": "perf_unavailable", "invocation_id": None,
+                        "detail": "capture:model_call_capture_records_unreadable"}  # fmt: skip
     assert len(records[0, 0]["ng_trajectory"]["model_calls"]) == 2
     assert "gaps" not in records[1, 0]["ng_model_call_capture"]
 
@@ -291,8 +305,11 @@ def test_tools_show_in_the_trajectory_with_their_outputs(
     assert records[2, 0]["reward"] is None  # no answer to grade against
     for record in records.values():
         check_attachment(record, capture_dir)
-        (tool,) = record["ng_trajectory"]["tool_calls"]
-        assert tool["status"] == "completed" and tool["output_call_index"] == 1
-        arguments = orjson.dumps(tool["arguments"]).decode()
+        (tool,) = record["ng_trajectory"]["tool_calls"]  # as the agent ran it, timed
+        (asked,) = record["ng_model_call_capture"]["calls"][0]["tool_calls"]  # as the model asked
+        assert (tool["tool_call_id"], tool["tool_name"]) == (asked["call_id"], asked["name"])
+        assert tool["status"] == "completed" and tool["started_at"] <= tool["completed_at"]
+        arguments = orjson.dumps(asked["arguments"]).decode()
         assert tool["output"] == run_tool(tool["tool_name"], arguments)
         assert record["turns"] == 2
+        assert "ng_perf" in record

@@ -19,6 +19,7 @@ from capture_core.records import PAYLOAD_FIELDS
 from capture_core.testing import Answer, ToolCallSpec, capture_line, torn
 
 LOOKUP = ToolCallSpec("lookup", {"query": "speed of light"}, "call_7")
+ROW = {"task_id": "q7", "_ng_task_index": 7, "_ng_rollout_index": 0}
 
 
 def tool_result(dialect: str, call_id: str, output: str) -> list[dict[str, Any]]:
@@ -52,7 +53,7 @@ def two_turns(dialect: str, *, stream: bool = False) -> list[RawCaptureLine]:
     return [first, second]
 
 
-def attach(tmp_path: Path, lines: list[RawCaptureLine | bytes], rollout_id: str = "0-0") -> Any:
+def attach(tmp_path: Path, lines: list[RawCaptureLine | bytes], rollout_id: str = "7-0") -> Any:
     store = CaptureStore(tmp_path)
     for line in lines:
         if isinstance(line, bytes):
@@ -64,27 +65,21 @@ def attach(tmp_path: Path, lines: list[RawCaptureLine | bytes], rollout_id: str 
 
 
 @pytest.mark.parametrize("dialect", ["responses", "chat", "messages"])
-def test_a_tool_call_is_joined_to_its_output(tmp_path: Path, dialect: str) -> None:
+def test_the_capture_alone_gives_model_calls_and_says_what_it_lacks(
+    tmp_path: Path, dialect: str
+) -> None:
     attachment = attach(tmp_path, [*two_turns(dialect)])
-    trajectory = project_trajectory({"id": "q7", "_ng_task_index": 7}, {}, attachment)
+    trajectory = project_trajectory(ROW, {}, attachment)
     assert trajectory["schema_version"] == "1.0"
-    assert (trajectory["task_id"], trajectory["rollout_id"]) == ("q7", "0-0")
+    assert (trajectory["task_id"], trajectory["rollout_id"]) == ("q7", "7-0")
     assert [c["model_call_id"] for c in trajectory["model_calls"]] == ["a" * 32, "b" * 32]
-    (tool,) = trajectory["tool_calls"]
-    assert tool == {
-        "tool_call_id": "call_7",
-        "tool_name": "lookup",
-        "type": tool["type"],
-        "arguments": {"query": "speed of light"},
-        "arguments_raw": None,
-        "model_call_id": "a" * 32,
-        "call_index": 0,
-        "status": "completed",
-        "output": "299,792 km/s",
-        "output_model_call_id": "b" * 32,
-        "output_call_index": 1,
-    }
-    assert trajectory["gaps"] == []
+    # Tool executions are agent-side evidence: the capture only shows what the model asked.
+    assert trajectory["invocations"] == [] and trajectory["tool_calls"] == []
+    assert [t.call_id for t in attachment.calls[0].tool_calls] == ["call_7"]
+    assert trajectory["gaps"] == [
+        {"code": "turns_unavailable", "invocation_id": None, "detail": None},
+        {"code": "conversation_unavailable", "invocation_id": None, "detail": None},
+    ]
     TrajectoryRecord.model_validate(trajectory)  # the dump validates as the model again
 
 
@@ -94,12 +89,14 @@ def test_model_calls_carry_payloads_metadata_and_tokens(tmp_path: Path) -> None:
                          error_category="upstream_error", request_raw="not json",
                          response_raw="<html>bad gateway</html>", latency_ms=3.0)  # fmt: skip
     attachment = attach(tmp_path, [*lines, raw])
-    calls = project_trajectory({"task_id": 5}, {}, attachment)["model_calls"]
+    calls = project_trajectory(ROW, {}, attachment)["model_calls"]
     first, second, third = calls
+    assert list(first) == ["model_call_id", "started_at", "completed_at", "duration_ms",
+                           "request", "response", "response_metadata", "token_stats"]  # fmt: skip
     assert first["request"] == lines[0].request
     assert first["response"] == lines[0].response  # the reassembled stream, not the SSE text
     assert first["duration_ms"] == 120.5
-    assert first["started_at"] == "2026-08-06T16:02:34.120000Z"  # 1786032154.12
+    assert first["started_at"] == 1786032154.12  # Unix seconds, like the capture line
     assert first["response_metadata"] == {
         "response_id": "r0", "model_ref": {"type": "responses_api_models", "name": "policy_model"},
         "model": "sim-model-1", "dialect": "responses", "status_code": 200,
@@ -117,27 +114,28 @@ def test_model_calls_carry_payloads_metadata_and_tokens(tmp_path: Path) -> None:
 def test_capture_gaps_are_carried_and_an_empty_capture_says_so(tmp_path: Path) -> None:
     good = capture_line("chat", Answer())
     attachment = attach(tmp_path, [good, torn(good)])
-    assert project_trajectory({"id": 1}, {}, attachment)["gaps"] == [
-        {"code": "model_call_capture_records_unreadable", "detail": "count=1"}
-    ]
+    assert project_trajectory(ROW, {}, attachment)["gaps"][0] == {
+        "code": "model_call_capture_records_unreadable", "invocation_id": None,
+        "detail": "count=1"}  # fmt: skip
     empty = capture_attachment([tmp_path], "9-9", drain_timeout_s=0)
-    assert project_trajectory({"id": 1}, {}, empty)["gaps"] == [
-        {"code": "model_call_capture_no_records", "detail": None},
-        {"code": "model_calls_unavailable", "detail": None},
-    ]
+    assert [g["code"] for g in project_trajectory(ROW, {}, empty)["gaps"]] == [
+        "model_call_capture_no_records", "model_calls_unavailable", "turns_unavailable",
+        "conversation_unavailable"]  # fmt: skip
 
 
 def test_success_moves_payloads_out_of_the_attachment(tmp_path: Path) -> None:
     attachment = attach(tmp_path, [*two_turns("chat")])
-    row = {"id": "q1", "_ng_task_index": 1, "_ng_rollout_index": 0}
+    row = {"task_id": "q1", "_ng_task_index": 7, "_ng_rollout_index": 0}
     result = {"response": {"id": "x"}, "reward": 1.0, "generation_token_ids": [1, 2]}
     before = copy.deepcopy((row, result, attachment.model_dump()))
     fields = capture_fields(row, result, attachment)
-    assert list(fields) == ["ng_model_call_capture", "ng_trajectory"]
+    assert list(fields) == ["ng_model_call_capture", "ng_trajectory"]  # no window: no ng_perf
     capture = fields["ng_model_call_capture"]
     assert list(capture) == ["rollout_id", "metrics", "calls"]
     assert all(not set(PAYLOAD_FIELDS) & set(call) for call in capture["calls"])
     assert fields["ng_trajectory"]["model_calls"][1]["request"]["messages"][-1]["role"] == "tool"
+    assert fields["ng_trajectory"]["gaps"][-1] == {
+        "code": "perf_unavailable", "invocation_id": None, "detail": "rollout_window_unknown"}  # fmt: skip
     assert (row, result, attachment.model_dump()) == before  # nothing given is modified
 
 
@@ -153,8 +151,8 @@ def negative_latency(tmp_path: Path) -> Any:
 @pytest.mark.parametrize(
     ("build", "row", "detail"),
     [
-        (duplicate_ids, {"id": "q"}, "ValidationError"),
-        (negative_latency, {"id": "q"}, "ValidationError"),
+        (duplicate_ids, ROW, "ValidationError"),
+        (negative_latency, ROW, "ValidationError"),
         (negative_latency, {"no": "task id"}, "ValueError"),
     ],
 )
@@ -164,8 +162,8 @@ def test_a_failed_projection_keeps_payloads_and_says_why(
     attachment = build(tmp_path)
     with pytest.raises(ValueError):
         project_trajectory(row, {}, attachment)
-    fields = capture_fields(row, {}, attachment)
-    assert list(fields) == ["ng_model_call_capture"]  # no ng_trajectory
+    fields = capture_fields(row, {}, attachment, window=(0.0, 1.0))
+    assert list(fields) == ["ng_model_call_capture"]  # no ng_trajectory, no ng_perf
     capture = fields["ng_model_call_capture"]
     gaps = [g for g in capture["gaps"] if g["code"] == "trajectory_projection_failed"]
     assert gaps == [{"code": "trajectory_projection_failed", "detail": detail}]
@@ -173,7 +171,7 @@ def test_a_failed_projection_keeps_payloads_and_says_why(
     assert capture["calls"] and all(call["request"] and call["response"]
                                     for call in capture["calls"])  # fmt: skip
     assert attachment.gaps == [g for g in attachment.gaps if g.code != gaps[0]["code"]]
-    assert "could not project the trajectory of rollout 0-0" in caplog.text
+    assert "could not project the trajectory of rollout" in caplog.text
 
 
 def test_a_projection_failure_from_anywhere_is_a_gap(
@@ -181,11 +179,11 @@ def test_a_projection_failure_from_anywhere_is_a_gap(
 ) -> None:
     from capture_core.collect import trajectory
 
-    def explode(calls: object) -> object:
+    def explode(row: object, result: object) -> object:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(trajectory, "_tool_calls", explode)
-    fields = capture_fields({"id": "q"}, {}, attach(tmp_path, [capture_line("chat", Answer())]))
+    monkeypatch.setattr(trajectory, "build_trajectory", explode)
+    fields = capture_fields(ROW, {}, attach(tmp_path, [capture_line("chat", Answer())]))
     assert fields["ng_model_call_capture"]["gaps"] == [
         {"code": "trajectory_projection_failed", "detail": "RuntimeError"}
     ]

@@ -1,0 +1,157 @@
+"""One agent conversation over one API dialect: ask the model, send tool outputs back.
+
+:class:`ResponsesConversation` speaks ``responses.create``; :class:`ChatConversation` speaks
+``chat.completions.create``, translating the task's Responses-shaped request. Both keep the
+history as Responses input items, which is what an invocation's ``conversation`` holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from capture_core.collect.tasks import TaskRequest, chat_request
+
+if TYPE_CHECKING:
+    import openai
+
+__all__ = [
+    "ChatConversation",
+    "Conversation",
+    "ModelTurn",
+    "RequestedCall",
+    "ResponsesConversation",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestedCall:
+    """A tool call the model asked for."""
+
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTurn:
+    """One model answer: the response (JSON), its id, its text and the tool calls it asks."""
+
+    response: dict[str, Any]
+    response_id: str | None
+    text: str
+    calls: list[RequestedCall]
+
+
+class Conversation(Protocol):
+    """What the agent loop needs of a dialect."""
+
+    def ask(self) -> ModelTurn:
+        """Send the conversation so far; return the model's answer."""
+        ...
+
+    def send(self, outputs: Sequence[tuple[str, str]]) -> None:
+        """Add the answer's tool calls and their ``(call id, output)`` to the conversation."""
+        ...
+
+    def history(self) -> list[dict[str, Any]]:
+        """The conversation as Responses input items, the last answer included."""
+        ...
+
+
+def _omit_empty(value: Any) -> Any:
+    import openai
+
+    return value if value else openai.omit
+
+
+class ResponsesConversation:
+    """A conversation over the Responses API (``client.responses.create``)."""
+
+    def __init__(
+        self, client: openai.OpenAI, model: str, request: TaskRequest, tools: list[dict[str, Any]]
+    ) -> None:
+        self.client, self.model, self.request = client, request.model or model, request
+        self.items: list[dict[str, Any]] = list(request.input)
+        self.tools = [*request.tools, *tools]
+        self.last: list[dict[str, Any]] = []
+
+    def ask(self) -> ModelTurn:
+        response = self.client.responses.create(
+            model=self.model,
+            input=self.items,  # type: ignore[arg-type]  # Responses input items, as JSON
+            tools=_omit_empty(self.tools),
+            extra_body=self.request.params or None,
+        )
+        self.last = [item.model_dump(mode="json", exclude_none=True) for item in response.output]
+        calls = [RequestedCall(item.call_id, item.name, item.arguments)
+                 for item in response.output if item.type == "function_call"]  # fmt: skip
+        return ModelTurn(response.model_dump(mode="json"), response.id, response.output_text, calls)
+
+    def send(self, outputs: Sequence[tuple[str, str]]) -> None:
+        self.items += self.last
+        self.items += [{"type": "function_call_output", "call_id": call_id, "output": output}
+                       for call_id, output in outputs]  # fmt: skip
+        self.last = []
+
+    def history(self) -> list[dict[str, Any]]:
+        return [*self.items, *self.last]
+
+
+class ChatConversation:
+    """A conversation over Chat Completions (``client.chat.completions.create``)."""
+
+    def __init__(
+        self, client: openai.OpenAI, model: str, request: TaskRequest, tools: list[dict[str, Any]]
+    ) -> None:
+        chat = chat_request(TaskRequest(input=request.input, params=request.params,
+                                        tools=[*request.tools, *tools]))  # fmt: skip
+        self.client, self.model = client, request.model or model
+        self.messages, self.tools, self.params = chat.messages, chat.tools, chat.params
+        self.items: list[dict[str, Any]] = list(request.input)
+        self.last: tuple[str | None, list[RequestedCall]] = (None, [])
+
+    def ask(self) -> ModelTurn:
+        completion = self.client.chat.completions.create(
+            model=self.model,
+            messages=self.messages,  # type: ignore[arg-type]  # chat messages, as JSON
+            tools=_omit_empty(self.tools),
+            extra_body=self.params or None,
+        )
+        message = completion.choices[0].message
+        calls = [
+            RequestedCall(c.id, c.function.name, c.function.arguments)  # type: ignore[union-attr]
+            for c in message.tool_calls or ()
+            if getattr(c, "function", None)
+        ]
+        self.last = (message.content, calls)
+        return ModelTurn(completion.model_dump(mode="json"), completion.id,
+                         message.content or "", calls)  # fmt: skip
+
+    def send(self, outputs: Sequence[tuple[str, str]]) -> None:
+        content, calls = self.last
+        requested = [
+            {"id": c.call_id, "type": "function",
+             "function": {"name": c.name, "arguments": c.arguments}}
+            for c in calls
+        ]  # fmt: skip
+        self.messages.append({"role": "assistant", "content": content, "tool_calls": requested})
+        self.messages += [{"role": "tool", "tool_call_id": call_id, "content": output}
+                          for call_id, output in outputs]  # fmt: skip
+        self.items += self._answer_items()
+        self.items += [{"type": "function_call_output", "call_id": call_id, "output": output}
+                       for call_id, output in outputs]  # fmt: skip
+        self.last = (None, [])
+
+    def history(self) -> list[dict[str, Any]]:
+        return [*self.items, *self._answer_items()]
+
+    def _answer_items(self) -> list[dict[str, Any]]:
+        content, calls = self.last
+        items: list[dict[str, Any]] = []
+        if content:
+            items.append({"role": "assistant", "content": content})
+        items += [{"type": "function_call", "call_id": c.call_id, "name": c.name,
+                   "arguments": c.arguments} for c in calls]  # fmt: skip
+        return items
