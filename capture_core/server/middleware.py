@@ -258,10 +258,9 @@ class _CapturedCall:
             if exchange.ttft_ms is None:
                 exchange.ttft_ms = round((time.perf_counter() - self.t0) * 1000, 2)
             exchange.response_chunks.append(body)
-            if self.detector is not None and not self.holding:
-                text = self._decode(body)
-                if text:
-                    self.holding = self.detector.feed(text) is not None
+            text = self._decode(body) if self.decoder is not None else body
+            if self.detector is not None and not self.holding and text:
+                self.holding = self.detector.feed(text) is not None
         if not message.get("more_body", False):
             self.done = True
         return self.holding or not message.get("more_body", False)

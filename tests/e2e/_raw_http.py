@@ -74,12 +74,17 @@ def send_raw(port: int, request: bytes, *, timeout_s: float = 20.0) -> RawRespon
 
 
 class Canary:
-    """A listener on another loopback port that counts every connection made to it.
+    """A listener on another loopback port that counts every connection made to it, keeps
+    what it received and answers ``reply`` (``{port}`` in it becomes its own port).
 
-    Anything the proxy forwards to the wrong place ends up here.
+    Anything the proxy forwards to the wrong place ends up here; it also serves as a tiny
+    upstream whose answers a test chooses.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self, reply: bytes = b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\ncanary"
+    ) -> None:
+        self.reply = reply
         self._sock = socket.create_server(("127.0.0.1", 0))
         self._sock.settimeout(0.1)
         self.port: int = self._sock.getsockname()[1]
@@ -102,7 +107,7 @@ class Canary:
                 conn.settimeout(1.0)
                 try:
                     self.received += conn.recv(65536)
-                    conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\ncanary")
+                    conn.sendall(self.reply.replace(b"{port}", str(self.port).encode()))
                 except OSError:
                     pass
 

@@ -263,3 +263,73 @@ def test_hostile_targets_never_leave_the_upstream_origin(boundary: tuple[Service
     assert written == expected
     assert not list(capture_dir.glob("*.capture.incomplete"))
     assert not list((capture_dir / ".pending").iterdir())
+
+
+def test_the_upstream_gets_the_headers_the_client_sent_and_no_others(tmp_path: Path) -> None:
+    """No accept, accept-encoding or user-agent of the proxy's own; hop-by-hop ones dropped
+    (including those named in ``connection``); host and content-length are the upstream's."""
+    upstream = Canary()
+    try:
+        with run_capture_server(f"http://127.0.0.1:{upstream.port}", tmp_path / "calls") as server:
+            body = DIALECT_BODY["chat"]
+            request = (
+                "POST /ng-rollout/h-1/v1/chat/completions HTTP/1.1\r\n"
+                f"host: 127.0.0.1:{server.port}\r\ncontent-type: application/json\r\n"
+                f"content-length: {len(body)}\r\nauthorization: Bearer sk-test\r\n"
+                "x-custom: kept\r\nconnection: close, x-hop\r\nx-hop: dropped\r\n"
+                "keep-alive: timeout=5\r\nte: trailers\r\nproxy-authorization: Basic eA==\r\n"
+                "\r\n"
+            ).encode() + body
+            answer = send_raw(server.port, request)
+    finally:
+        upstream.close()
+    assert answer.status == 200 and answer.body == b"canary"
+    head = upstream.received.partition(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+    assert head[0] == "POST /v1/chat/completions HTTP/1.1"
+    names = sorted(line.partition(":")[0].lower() for line in head[1:])
+    assert names == ["authorization", "content-length", "content-type", "host", "x-custom"]
+    sent = dict(line.lower().split(": ", 1) for line in head[1:])
+    assert sent["host"] == f"127.0.0.1:{upstream.port}"
+    assert sent["content-length"] == str(len(body))
+    assert sent["authorization"] == "bearer sk-test"
+
+
+@pytest.mark.parametrize(
+    ("location", "client_sees"),
+    [
+        ("http://127.0.0.1:{port}/v1/files/f1?x=1", "/ng-rollout/r-1/v1/files/f1?x=1"),
+        ("/v1/files/f1", "/ng-rollout/r-1/v1/files/f1"),
+        ("f1", "f1"),  # relative to the request's own (prefixed) URL already
+    ],
+)
+def test_a_redirect_never_shows_the_upstream_address(tmp_path: Path, location: str, client_sees: str) -> None:  # fmt: skip
+    reply = f"HTTP/1.1 307 Temporary Redirect\r\nlocation: {location}\r\ncontent-length: 0\r\n\r\n"
+    upstream = Canary(reply.encode())
+    try:
+        with run_capture_server(f"http://127.0.0.1:{upstream.port}", tmp_path / "calls") as server:
+            answer = send_raw(server.port, _request(Case(
+                "redirect", "/ng-rollout/r-1/v1/models", FORWARDED, method="GET"), "r-1", server.port, 0))  # fmt: skip
+    finally:
+        upstream.close()
+    assert answer.status == 307
+    assert answer.headers["location"] == client_sees
+    assert str(upstream.port) not in answer.headers["location"]
+
+
+def test_a_redirect_to_another_host_is_refused(tmp_path: Path) -> None:
+    other = Canary()
+    reply = f"HTTP/1.1 302 Found\r\nlocation: http://127.0.0.1:{other.port}/x\r\ncontent-length: 0\r\n\r\n"
+    upstream = Canary(reply.encode())
+    try:
+        with run_capture_server(f"http://127.0.0.1:{upstream.port}", tmp_path / "calls") as server:
+            answer = send_raw(server.port, _request(Case(
+                "redirect", "/ng-rollout/r-2/v1/chat/completions", CAPTURED), "r-2", server.port, 0))  # fmt: skip
+    finally:
+        upstream.close()
+        other.close()
+    assert answer.status == 502
+    assert "redirect" in answer.body.decode()
+    assert str(other.port) not in answer.body.decode() and "location" not in answer.headers
+    assert other.connections == 0
+    (line,) = CaptureStore(tmp_path / "calls").read("r-2").entries
+    assert line.data["status_code"] == 502 and line.data["error_category"] == "upstream_error"

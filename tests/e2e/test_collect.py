@@ -100,12 +100,14 @@ def test_cli_collects_20_tasks_twice_with_the_seed_attachment(
     assert "gaps: none" in done.stdout
     assert "collect [" not in done.stderr  # no progress bar when stderr is not a terminal
     assert "HTTP Request" not in done.stderr  # no log line per model call
+    run_id = done.stdout.split("run id: ", 1)[1].split()[0]
     records = read(output)
     assert len(records) == 40
     keyed = by_key(records)
     assert set(keyed) == {(t, r) for t in range(20) for r in range(2)}
     for (task, repeat), record in keyed.items():
-        assert record["ng_model_call_capture"]["rollout_id"] == f"{task}-{repeat}"
+        assert record["ng_model_call_capture"]["rollout_id"] == f"{run_id}.{task}-{repeat}"
+        assert record["_ng_run_id"] == run_id
         assert record["task_id"] == f"mcqa-{task:03d}"  # the bundled example tasks
         assert record["ng_trajectory"]["task_id"] == record["task_id"]
         assert record["reward"] == (1.0 if record["parsed_answer"] == record["answer"] else 0.0)
@@ -116,7 +118,7 @@ def test_cli_collects_20_tasks_twice_with_the_seed_attachment(
          "--model-url", server.url, "--num-repeats", "0"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
-    assert bad.returncode == 2 and "num_repeats must be at least 1" in bad.stderr
+    assert bad.returncode == 2 and "'--num-repeats': 0 is not in the range x>=1" in bad.stderr
     assert len(read(output)) == 40  # a refused run touches nothing
 
 
