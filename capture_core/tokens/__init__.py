@@ -63,6 +63,14 @@ from capture_core.tokens.entry import (
     response_to_output_items,
     split_token_fields,
 )
+from capture_core.tokens.layout import (
+    ENTRIES_SUFFIX,
+    INCOMPLETE_SUFFIX,
+    INTENTS_SUFFIX,
+    LOCK_SUFFIX,
+    STATE_SUFFIX,
+    validate_model_call_id,
+)
 from capture_core.tokens.projection import (
     check_prefix_contiguity,
     project_chain_to_output_items,
@@ -90,15 +98,7 @@ from capture_core.tokens.settings import (
     token_id_capture_enabled_for_agent,
 )
 from capture_core.tokens.state import TokenCaptureState
-from capture_core.tokens.store import (
-    ENTRIES_SUFFIX,
-    INCOMPLETE_SUFFIX,
-    INTENTS_SUFFIX,
-    LOCK_SUFFIX,
-    STATE_SUFFIX,
-    TokenCaptureStore,
-    validate_model_call_id,
-)
+from capture_core.tokens.store import TokenCaptureStore
 
 __all__ = [
     "BUILDERS",

@@ -23,12 +23,16 @@ from pydantic import ValidationError
 from capture_core._locking import fsync_dir, write_all
 from capture_core.exceptions import TokenEntryConflictError, TokenStoreDamagedError
 from capture_core.tokens.entry import TokenEntry, entry_digest
+from capture_core.tokens.state import TokenCaptureState
 
 __all__ = [
     "ScannedLine",
+    "TailIndex",
     "TailScan",
     "append_bytes",
     "file_size",
+    "index_tail",
+    "read_entries",
     "read_from",
     "read_id_lines",
     "scan_entries",
@@ -109,6 +113,71 @@ def unique_entries(scan: TailScan, rollout_id: str) -> list[TokenEntry]:
         elif known != line.digest:
             raise TokenEntryConflictError(rollout_id, call, durable=True)
     return entries
+
+
+@dataclass(frozen=True, slots=True)
+class TailIndex:
+    """What indexing the tail found: whether the state changed, or the call whose new line
+    conflicts with its indexed one (the state is then left as it was)."""
+
+    changed: bool
+    conflict: str | None = None
+
+
+def index_tail(path: Path, state: TokenCaptureState) -> TailIndex:
+    """Add the lines of ``path`` past ``state.indexed_size`` to ``state``'s digest index.
+
+    A torn tail is cut (with a WARNING). The version grows by the lines recovered, unless the
+    state is legacy (its whole index is rebuilt from offset 0).
+
+    Raises:
+        TokenStoreDamagedError: the index names bytes the file does not have, or a line is
+            damaged.
+    """
+    size = file_size(path)
+    start = 0 if state.legacy else state.indexed_size
+    if start < 0 or start > size:
+        raise TokenStoreDamagedError(
+            f"Invalid token-capture index offset {start}: the entries file has {size} bytes",
+            path=path,
+        )
+    if start == size and not state.legacy:
+        return TailIndex(changed=False)
+    scan = scan_entries(read_from(path, start), base=start, path=path)
+    digests = {} if state.legacy else dict(state.entry_digests)
+    recovered = 0
+    for line in scan.lines:
+        call = line.entry.model_call_id
+        known = digests.get(call)
+        if known is None:
+            digests[call] = line.digest
+            recovered += 1
+        elif known != line.digest:
+            return TailIndex(changed=False, conflict=call)
+    if scan.torn:
+        truncate_to(path, scan.end, what="token entry line")
+    if not state.legacy:
+        state.version += recovered
+    state.entry_digests, state.indexed_size, state.legacy = digests, scan.end, False
+    return TailIndex(changed=True)
+
+
+def read_entries(path: Path, rollout_id: str) -> list[TokenEntry]:
+    """Every entry of ``path`` in file order, each call once; a torn tail is skipped with a
+    WARNING (only a writer may cut it).
+
+    Raises:
+        TokenStoreDamagedError: a line is damaged.
+        TokenEntryConflictError: one call has two different lines.
+    """
+    scan = scan_entries(read_from(path, 0), base=0, path=path)
+    if scan.torn:
+        logger.warning(
+            "skipped a torn last line (%d bytes, a write that never completed) in %s",
+            scan.torn,
+            path,
+        )
+    return unique_entries(scan, rollout_id)
 
 
 def _entry(raw: bytes, offset: int, path: Path) -> TokenEntry:

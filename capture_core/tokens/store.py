@@ -1,14 +1,6 @@
 """``TokenCaptureStore``: complete token records per rollout in one directory, with fences.
 
-Files for rollout ``<id>`` in the store's directory:
-
-* ``<id>.tokens.jsonl`` — one canonical :class:`TokenEntry` line per call (sorted-key JSON);
-* ``<id>.tokens.state.json`` — lifecycle and digest index (see :mod:`.state`), replaced whole;
-* ``<id>.tokens.intents`` — one ``model_call_id`` per line, written by ``begin_call``;
-* ``<id>.tokens.incomplete`` — one line per ``mark_incomplete`` (the call id, or empty);
-* ``<id>.tokens.lock`` — an empty file whose ``flock`` guards the others: exclusive for every
-  change, shared for reads. It is separate so that it keeps one inode while the others are
-  deleted and recreated; a waiter that finds it replaced reopens it.
+The files are described in :mod:`.layout`.
 
 The lifecycle: calls ``put`` entries → the collector ``freeze``s (writes are refused from then
 on) and gets a snapshot id and version → once the rollout's result is durable it ``drop``s that
@@ -23,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,62 +26,30 @@ from capture_core._locking import fsync_dir, locked_fd, os_reason, unlink_if_pre
 from capture_core.exceptions import (
     CaptureDirNotFoundError,
     CaptureStoreError,
-    InvalidRecordError,
     TokenCaptureFrozenError,
     TokenCaptureRetiredError,
     TokenEntryConflictError,
-    TokenStoreDamagedError,
-    quote_value,
 )
 from capture_core.ids import is_valid_rollout_id, validate_rollout_id
 from capture_core.tokens import _files as files
 from capture_core.tokens._threads import in_thread
 from capture_core.tokens.entry import TokenEntry, canonical_line, entry_digest
+from capture_core.tokens.layout import (
+    ENTRIES_SUFFIX,
+    INCOMPLETE_SUFFIX,
+    INTENTS_SUFFIX,
+    LOCK_SUFFIX,
+    STATE_SUFFIX,
+    validate_model_call_id,
+)
 from capture_core.tokens.protocols import TokenCaptureSnapshot
 from capture_core.tokens.state import STATE_TEMP_PREFIX, TokenCaptureState, read_state, write_state
 
-__all__ = [
-    "ENTRIES_SUFFIX",
-    "INCOMPLETE_SUFFIX",
-    "INTENTS_SUFFIX",
-    "LOCK_SUFFIX",
-    "STATE_SUFFIX",
-    "TokenCaptureStore",
-    "validate_model_call_id",
-]
+__all__ = ["TokenCaptureStore"]
 
 logger = logging.getLogger("capture_core.tokens")
 
-ENTRIES_SUFFIX: Final = ".tokens.jsonl"
-STATE_SUFFIX: Final = ".tokens.state.json"
-INTENTS_SUFFIX: Final = ".tokens.intents"
-INCOMPLETE_SUFFIX: Final = ".tokens.incomplete"
-LOCK_SUFFIX: Final = ".tokens.lock"
 _TEMP_MIN_AGE_S: Final = 3600.0
-_CALL_ID: Final = re.compile(r"[^\s\x00-\x1f\x7f]{1,256}")
-
-
-def validate_model_call_id(value: object, *, allow_empty: bool = False) -> str:
-    """Return ``value`` if it can key a line of the token files, else raise.
-
-    A call id is 1-256 characters with no whitespace or control character (the files are
-    line-based). ``""`` is allowed only where it means "no particular call".
-
-    Raises:
-        InvalidRecordError: the message quotes the value.
-
-    Example:
-        >>> validate_model_call_id("0f3c2a")
-        '0f3c2a'
-    """
-    if isinstance(value, str) and (
-        _CALL_ID.fullmatch(value) is not None or (allow_empty and value == "")
-    ):
-        return value
-    raise InvalidRecordError(
-        f"model_call_id {quote_value(value)} must be 1-256 characters without whitespace or "
-        "control characters"
-    )
 
 
 class TokenCaptureStore:
@@ -398,35 +357,15 @@ class TokenCaptureStore:
         return state
 
     def _sync_index(self, rollout_id: str, state: TokenCaptureState) -> bool:
-        """Index the lines past ``indexed_size`` (cutting a torn tail); tell if it changed."""
-        path = self.path_for(rollout_id)
-        size = files.file_size(path)
-        start = 0 if state.legacy else state.indexed_size
-        if start < 0 or start > size:
-            raise TokenStoreDamagedError(
-                f"Invalid token-capture index offset {start}: the entries file has {size} bytes",
-                path=path,
-            )
-        if start == size and not state.legacy:
-            return False
-        scan = files.scan_entries(files.read_from(path, start), base=start, path=path)
-        digests = {} if state.legacy else dict(state.entry_digests)
-        recovered = 0
-        for line in scan.lines:
-            call = line.entry.model_call_id
-            known = digests.get(call)
-            if known is None:
-                digests[call] = line.digest
-                recovered += 1
-            elif known != line.digest:
-                self._mark(rollout_id, state, call)
-                raise TokenEntryConflictError(rollout_id, call, durable=True)
-        if scan.torn:
-            files.truncate_to(path, scan.end, what="token entry line")
-        if not state.legacy:
-            state.version += recovered
-        state.entry_digests, state.indexed_size, state.legacy = digests, scan.end, False
-        return True
+        """Index the lines past ``indexed_size`` (cutting a torn tail); tell if it changed.
+
+        Two different lines for one call mark the rollout incomplete and raise.
+        """
+        indexed = files.index_tail(self.path_for(rollout_id), state)
+        if indexed.conflict is not None:
+            self._mark(rollout_id, state, indexed.conflict)
+            raise TokenEntryConflictError(rollout_id, indexed.conflict, durable=True)
+        return indexed.changed
 
     def _mark(self, rollout_id: str, state: TokenCaptureState, call: str) -> None:
         state.incomplete = True
@@ -450,15 +389,7 @@ class TokenCaptureStore:
             )
 
     def _read_entries(self, rollout_id: str) -> list[TokenEntry]:
-        path = self.path_for(rollout_id)
-        scan = files.scan_entries(files.read_from(path, 0), base=0, path=path)
-        if scan.torn:
-            logger.warning(
-                "skipped a torn last line (%d bytes, a write that never completed) in %s",
-                scan.torn,
-                path,
-            )
-        return files.unique_entries(scan, rollout_id)
+        return files.read_entries(self.path_for(rollout_id), rollout_id)
 
     def _sweep_one(self, rollout_id: str, cutoff: float) -> int:
         state_path = self.path_for(rollout_id, STATE_SUFFIX)
