@@ -5,12 +5,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: demo test lint typecheck unit bench clean chromium kernel wrk
+.PHONY: demo test lint typecheck unit bench clean chromium kernel lab wrk
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,pandas,notebook]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -23,6 +23,10 @@ chromium:
 # The notebook tests run a real Jupyter kernel: register the venv's interpreter as `python3`.
 kernel: $(STAMP)
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 > /dev/null
+
+# JupyterLab on the notebooks (127.0.0.1 only); the first notebook cell makes the demo data.
+lab: $(STAMP) kernel
+	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --notebook-dir=notebooks
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import orjson
 import polars as pl
@@ -28,6 +28,7 @@ from ngcapture_viz.frames.rollouts import (
     ROLLOUTS,
 )
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS
+from ngcapture_viz.interop import to_pandas, to_polars
 from ngcapture_viz.load._assemble import RunBuilder, Sources
 from ngcapture_viz.load.failures import failures_file, read_failures
 from ngcapture_viz.load.index import IndexStats
@@ -44,6 +45,8 @@ __all__ = [
 ]
 
 PathLike = str | os.PathLike[str]
+#: The frames of a run, in order.
+FRAME_NAMES: Final = ("calls", "rollouts", "gaps", "tool_calls")
 
 
 class CaptureRun:
@@ -62,10 +65,10 @@ class CaptureRun:
         self,
         label: str | None,
         *,
-        calls: pl.DataFrame,
-        rollouts: pl.DataFrame,
-        gaps: pl.DataFrame,
-        tool_calls: pl.DataFrame,
+        calls: pl.DataFrame | Any,
+        rollouts: pl.DataFrame | Any,
+        gaps: pl.DataFrame | Any,
+        tool_calls: pl.DataFrame | Any,
         capture_dir: Path | None = None,
         rollouts_path: Path | None = None,
         failures_path: Path | None = None,
@@ -73,10 +76,11 @@ class CaptureRun:
         runs: Mapping[str, CaptureRun] | None = None,
     ) -> None:
         self.label = label
-        self.calls = calls
-        self.rollouts = rollouts
-        self.gaps = gaps
-        self.tool_calls = tool_calls
+        # pandas frames are converted here, once (the declared columns keep their dtypes).
+        self.calls = to_polars(calls, CALLS)
+        self.rollouts = to_polars(rollouts, ROLLOUTS)
+        self.gaps = to_polars(gaps, GAPS)
+        self.tool_calls = to_polars(tool_calls, TOOL_CALLS)
         self.capture_dir = capture_dir
         self.rollouts_path = rollouts_path
         self.failures_path = failures_path
@@ -151,6 +155,19 @@ class CaptureRun:
         row = stored.row(0, named=True)
         return _read_payload(row)
 
+    def to_pandas(self) -> dict[str, Any]:
+        """The four frames as pandas DataFrames (pyarrow-backed: dtypes and nulls kept).
+
+        One frame alone: ``run.calls.to_pandas(use_pyarrow_extension_array=True)``. Needs the
+        ``pandas`` extra (``pip install 'ngcapture[pandas]'``); without it this raises
+        ``MissingExtraError`` naming it.
+
+        Example:
+            >>> frames = run.to_pandas()  # doctest: +SKIP
+            >>> frames["calls"]["tokens_in"].isna().sum()  # unknown, not 0  # doctest: +SKIP
+        """
+        return {name: to_pandas(getattr(self, name)) for name in FRAME_NAMES}
+
     def write_frames(self, directory: PathLike) -> dict[str, Path]:
         """Save the four frames, every column, as Parquet files in ``directory`` (local use).
 
@@ -161,7 +178,7 @@ class CaptureRun:
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         written = {}
-        for name in ("calls", "rollouts", "gaps", "tool_calls"):
+        for name in FRAME_NAMES:
             path = out / f"{name}.parquet"
             getattr(self, name).write_parquet(path)
             written[name] = path

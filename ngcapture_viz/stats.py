@@ -18,6 +18,9 @@ from typing import Final
 
 import polars as pl
 
+from ngcapture_viz.frames.calls import CALLS
+from ngcapture_viz.interop import accepts_pandas
+
 __all__ = [
     "DEFAULT_BY",
     "LATENCY_METRICS",
@@ -81,6 +84,7 @@ ERROR_SCHEMA: Final = pl.Schema(
 )
 
 
+@accepts_pandas(calls=CALLS)
 def latency_percentiles(calls: pl.DataFrame, by: Sequence[str] = DEFAULT_BY) -> pl.DataFrame:
     """p50/p90/p95/p99 and mean of total latency and TTFT per group, with coverage.
 
@@ -113,6 +117,7 @@ DISTRIBUTION_SCHEMA: Final = pl.Schema(
 )
 
 
+@accepts_pandas(calls=CALLS)
 def latency_distribution(
     calls: pl.DataFrame, by: Sequence[str] = DEFAULT_BY, *, points: int = 51
 ) -> pl.DataFrame:
@@ -155,6 +160,7 @@ def latency_distribution(
     return _sorted(pl.concat(parts), [*keys, "metric"], metric_order=LATENCY_METRICS)
 
 
+@accepts_pandas(calls=CALLS)
 def token_summary(calls: pl.DataFrame, by: Sequence[str] = DEFAULT_BY) -> pl.DataFrame:
     """Sum, mean, p50 and p95 of each token count per group, over reported values only.
 
@@ -178,6 +184,7 @@ def token_summary(calls: pl.DataFrame, by: Sequence[str] = DEFAULT_BY) -> pl.Dat
     return _per_metric(calls, by, TOKEN_METRICS, stats, TOKEN_SCHEMA)
 
 
+@accepts_pandas(calls=CALLS)
 def throughput_summary(calls: pl.DataFrame, by: Sequence[str] = DEFAULT_BY) -> pl.DataFrame:
     """p50, p95 and mean of ``output_tokens_per_s`` per group, with coverage.
 
@@ -197,6 +204,7 @@ def throughput_summary(calls: pl.DataFrame, by: Sequence[str] = DEFAULT_BY) -> p
     return _per_metric(calls, by, (THROUGHPUT_METRIC,), stats, THROUGHPUT_SCHEMA)
 
 
+@accepts_pandas(calls=CALLS)
 def error_rates(calls: pl.DataFrame, by: Sequence[str] = ("run",)) -> pl.DataFrame:
     """Failed calls per group and error category, as counts and as a share of the group's calls.
 
@@ -230,6 +238,7 @@ def error_rates(calls: pl.DataFrame, by: Sequence[str] = ("run",)) -> pl.DataFra
 COVERAGE_SCHEMA: Final = pl.Schema({"metric": pl.String(), **_COVERAGE})
 
 
+@accepts_pandas(calls=CALLS)
 def coverage(
     calls: pl.DataFrame, metrics: Sequence[str] = TOKEN_METRICS, by: Sequence[str] = ("run",)
 ) -> pl.DataFrame:
@@ -350,6 +359,7 @@ _INTERVALS: Final = (
 )
 
 
+@accepts_pandas(calls=CALLS)
 def token_histogram(
     calls: pl.DataFrame, metrics: Sequence[str] = TOKEN_METRICS, *, bins: int = 40
 ) -> pl.DataFrame:
@@ -386,6 +396,7 @@ def token_histogram(
     return rows.sort("run", pl.col("metric").replace_strict(order), "bin_start")
 
 
+@accepts_pandas(calls=CALLS)
 def time_interval(calls: pl.DataFrame, *, max_buckets: int = 240) -> str:
     """The shortest round interval that cuts the span of ``started_at`` into few enough buckets."""
     first, last = calls["started_at"].min(), calls["started_at"].max()
@@ -398,6 +409,7 @@ def time_interval(calls: pl.DataFrame, *, max_buckets: int = 240) -> str:
     return _INTERVALS[-1][0]
 
 
+@accepts_pandas(calls=CALLS)
 def calls_over_time(calls: pl.DataFrame, *, interval: str | None = None) -> pl.DataFrame:
     """Calls and reported total tokens per run and time bucket of ``started_at``.
 

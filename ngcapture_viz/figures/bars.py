@@ -18,6 +18,8 @@ import plotly.graph_objects as go
 import polars as pl
 
 from ngcapture_viz.display.figure import Figure
+from ngcapture_viz.interop import accepts_pandas
+from ngcapture_viz.stats import THROUGHPUT_SCHEMA
 
 __all__ = [
     "COVERAGE_HOVER",
@@ -41,6 +43,7 @@ def group_labels(table: pl.DataFrame, by: Sequence[str]) -> list[str]:
     return table.select(pl.concat_str(parts, separator=" · ")).to_series().to_list()
 
 
+@accepts_pandas(table=THROUGHPUT_SCHEMA)
 def throughput_figure(table: pl.DataFrame, by: Sequence[str]) -> go.Figure:
     """p50 and p95 of output tokens per second per group (``stats.throughput_summary``);
     lying bars from ``HORIZONTAL_FROM`` groups on."""

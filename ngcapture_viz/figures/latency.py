@@ -23,7 +23,13 @@ from plotly.subplots import make_subplots
 from ngcapture_viz.display.figure import Figure
 from ngcapture_viz.figures.bars import group_labels
 from ngcapture_viz.figures.style import DASHES, run_colors
-from ngcapture_viz.stats import LATENCY_METRICS, PERCENTILES
+from ngcapture_viz.interop import accepts_pandas
+from ngcapture_viz.stats import (
+    DISTRIBUTION_SCHEMA,
+    LATENCY_METRICS,
+    LATENCY_SCHEMA,
+    PERCENTILES,
+)
 
 __all__ = ["LOG_FROM", "latency_figure"]
 
@@ -35,6 +41,7 @@ _PANEL_TITLES: Final = {
 }
 
 
+@accepts_pandas(table=LATENCY_SCHEMA, distribution=DISTRIBUTION_SCHEMA)
 def latency_figure(
     table: pl.DataFrame, by: Sequence[str], *, distribution: pl.DataFrame | None = None
 ) -> go.Figure:

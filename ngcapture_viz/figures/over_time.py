@@ -22,7 +22,8 @@ from plotly.subplots import make_subplots
 from ngcapture_viz.display.figure import Figure
 from ngcapture_viz.figures.bars import COVERAGE_HOVER
 from ngcapture_viz.figures.style import run_colors
-from ngcapture_viz.stats import ANY_ERROR
+from ngcapture_viz.interop import accepts_pandas
+from ngcapture_viz.stats import ANY_ERROR, ERROR_SCHEMA, OVER_TIME_SCHEMA
 
 __all__ = ["calls_over_time_figure", "error_figure", "with_gaps"]
 
@@ -41,6 +42,7 @@ def with_gaps(rows: pl.DataFrame, interval: str | None) -> pl.DataFrame:
     return full.join(rows, on="bucket", how="left", maintain_order="left")
 
 
+@accepts_pandas(table=OVER_TIME_SCHEMA)
 def calls_over_time_figure(
     table: pl.DataFrame, runs: Sequence[str], *, interval: str | None = None
 ) -> go.Figure:
@@ -107,6 +109,7 @@ def calls_over_time_figure(
     return fig
 
 
+@accepts_pandas(table=ERROR_SCHEMA)
 def error_figure(table: pl.DataFrame, runs: Sequence[str]) -> go.Figure:
     """Share of each run's calls that failed, by error category (``stats.error_rates``)."""
     categories = [ANY_ERROR, *sorted(set(table["error_category"]) - {ANY_ERROR})]

@@ -21,6 +21,8 @@ from plotly.subplots import make_subplots
 
 from ngcapture_viz.display.figure import Figure
 from ngcapture_viz.figures.style import array, run_colors
+from ngcapture_viz.frames.rollouts import ROLLOUTS
+from ngcapture_viz.interop import accepts_pandas
 
 __all__ = ["MAX_BINS", "MIN_PER_BIN", "REWARD_METRICS", "reward_bins", "reward_figure"]
 
@@ -29,6 +31,7 @@ MIN_PER_BIN: Final = 20
 MAX_BINS: Final = 10
 
 
+@accepts_pandas(rollouts=ROLLOUTS)
 def reward_figure(
     rollouts: pl.DataFrame, runs: Sequence[str], *, max_points: int = 20_000
 ) -> go.Figure:

@@ -34,7 +34,9 @@ from ngcapture_viz.figures._timeline_text import (
     subtitle,
     unplaced_note,
 )
+from ngcapture_viz.frames.calls import CALLS
 from ngcapture_viz.frames.gaps import AnalysisGap
+from ngcapture_viz.interop import accepts_pandas
 from ngcapture_viz.run import CaptureRun
 
 __all__ = ["CAUSALITY_NOTE", "OUTCOME_COLORS", "assign_lanes", "outcome_color", "timeline"]
@@ -78,6 +80,7 @@ def outcome_color(outcome: str | None) -> str:
     return str(palette[sum(key.encode()) % len(palette)])
 
 
+@accepts_pandas(calls=CALLS)
 def assign_lanes(calls: pl.DataFrame) -> pl.DataFrame:
     """Add an Int64 ``lane`` column: overlapping calls never share a lane.
 

@@ -18,7 +18,8 @@ from plotly.subplots import make_subplots
 
 from ngcapture_viz.display.figure import Figure
 from ngcapture_viz.figures.style import run_colors
-from ngcapture_viz.stats import TOKEN_METRICS
+from ngcapture_viz.interop import accepts_pandas
+from ngcapture_viz.stats import COVERAGE_SCHEMA, HISTOGRAM_SCHEMA, TOKEN_METRICS
 
 __all__ = ["constant_value", "token_figure"]
 
@@ -38,6 +39,7 @@ def constant_value(histogram: pl.DataFrame, metric: str) -> float | None:
     return float(value) if value is not None else None
 
 
+@accepts_pandas(histogram=HISTOGRAM_SCHEMA, coverage=COVERAGE_SCHEMA)
 def token_figure(histogram: pl.DataFrame, coverage: pl.DataFrame, runs: Sequence[str]) -> go.Figure:
     """Token distributions (in, out, reasoning, cached), pre-binned, one bar trace per run.
 
