@@ -21,6 +21,7 @@ from ngcapture_viz.exceptions import (
     MissingExtraError,
     PayloadUnavailableError,
     RegressionError,
+    RolloutFileWarning,
     SourceError,
     VizError,
 )
@@ -88,6 +89,7 @@ __all__ = [
     "MissingExtraError",
     "PayloadUnavailableError",
     "RegressionError",
+    "RolloutFileWarning",
     "SourceError",
     "TimelinePicks",
     "VizError",

@@ -1,24 +1,34 @@
 """The analysis commands of ``ngcapture``: ``index``, ``report``, ``diff`` and ``export-wandb``.
 
-``capture_core.cli`` hands these commands over here, so the server commands never import
-Polars or Plotly. A run argument is a run folder (holding ``model-calls/`` and, optionally,
-``rollouts.jsonl``), a capture directory, or a rollout JSONL file.
+``capture_core.cli`` lists these commands by name and imports this module only when one of
+them runs, so the server commands never import Polars or Plotly and ``capture_core`` never
+imports ``ngcapture_viz``. A run argument is a run folder (holding ``model-calls/`` and,
+optionally, ``rollouts.jsonl``), a capture directory, or a rollout JSONL file.
+
+A rollout file that is not what it claims (not JSON lines, binary, lines that are not
+objects, empty) gives one warning line on stderr; ``--strict`` makes it an error (exit 2).
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import math
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
-from capture_core.cli import ANALYSIS_COMMANDS
-from ngcapture_viz.exceptions import SourceError, VizError
+import click
 
-__all__ = ["COMMANDS", "main", "resolve_run"]
+from capture_core.cli import UserError
+from ngcapture_viz import RolloutFileWarning, SourceError, VizError
 
-COMMANDS = ANALYSIS_COMMANDS  # one list, owned by the entry point that dispatches on it
+__all__ = ["diff", "export_wandb", "index", "report", "resolve_run"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_RUN_PATH = click.Path(path_type=Path)
 
 
 def resolve_run(path: Path) -> tuple[Path | None, Path | None]:
@@ -37,7 +47,7 @@ def resolve_run(path: Path) -> tuple[Path | None, Path | None]:
     if path.is_file():
         return None, path
     if not path.is_dir():
-        raise SourceError(f"{str(path)!r} does not exist")
+        raise SourceError(f"{str(path.absolute())!r} does not exist")
     store = path / "model-calls"
     rollouts = path / "rollouts.jsonl"
     if store.is_dir() or rollouts.is_file():
@@ -49,19 +59,91 @@ def resolve_run(path: Path) -> tuple[Path | None, Path | None]:
     if not entries or any(name.endswith(".capture.jsonl") for name in entries):
         return path, None
     raise SourceError(
-        f"{str(path)!r} is neither a run folder (model-calls/, rollouts.jsonl) nor a capture "
-        "directory (*.capture.jsonl files)"
+        f"{str(path.absolute())!r} is neither a run folder (model-calls/, rollouts.jsonl) nor "
+        "a capture directory (*.capture.jsonl files)"
     )
 
 
-def _index(args: argparse.Namespace) -> int:
-    from ngcapture_viz.load import CaptureIndex
+@contextlib.contextmanager
+def _reading(*, strict: bool) -> Iterator[None]:
+    """Analysis errors as one-line user errors; rollout-file warnings as one stderr line each
+    (errors with ``strict``)."""
+    command = click.get_current_context().command_path
 
-    index = CaptureIndex(args.capture_dir, index_dir=args.index_dir, workers=args.workers)
-    stats = index.refresh(progress=not args.quiet, require_write=True)
+    def one_line(message: Warning | str, *args: object, **kwargs: object) -> None:
+        print(f"{command}: warning: {message}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error" if strict else "always", RolloutFileWarning)
+        warnings.showwarning = one_line
+        try:
+            yield
+        except RolloutFileWarning as exc:
+            raise UserError(f"{exc} (--strict)") from None
+        except VizError as exc:
+            raise UserError(str(exc)) from None
+
+
+def _quiet(function: F) -> F:
+    return click.option("--quiet", is_flag=True, help="No progress bar.")(function)
+
+
+def _strict(function: F) -> F:
+    return click.option(
+        "--strict",
+        is_flag=True,
+        help="A rollout file that is not what it "
+        "claims (not JSON lines, lines that are not objects, empty) is an "
+        "error (exit 2), not a warning.",
+    )(function)
+
+
+def _label(function: F) -> F:
+    return click.option(
+        "--label", help="Name of the run in tables and figures.  [default: the run folder's name]"
+    )(function)
+
+
+def _sources(function: F) -> F:
+    function = click.option(
+        "--rollouts",
+        type=_RUN_PATH,
+        metavar="FILE",
+        help="Rollout JSONL written by ngcapture collect (rewards, attachments).",
+    )(function)
+    return click.option(
+        "--capture-dir",
+        type=_RUN_PATH,
+        metavar="DIR",
+        help="Capture directory (*.capture.jsonl files); it must exist, "
+        "nothing is created in it but the index.",
+    )(function)
+
+
+@click.command(epilog="\b\nExample:\n  ngcapture index results/model-calls --workers 4")
+@click.argument("capture_dir", type=_RUN_PATH)
+@click.option(
+    "--index-dir",
+    type=_RUN_PATH,
+    metavar="DIR",
+    help="Where to keep the index.  [default: CAPTURE_DIR/.ngcapture-index]",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Processes for a cold build.  [default: the number of cores]",
+)
+@_quiet
+def index(*, capture_dir: Path, index_dir: Path | None, workers: int | None, quiet: bool) -> int:
+    """Build or refresh the sidecar index of CAPTURE_DIR, so that opening it is fast."""
+    from ngcapture_viz import CaptureIndex
+
+    with _reading(strict=False):
+        built = CaptureIndex(capture_dir, index_dir=index_dir, workers=workers)
+        stats = built.refresh(progress=not quiet, require_write=True)
     print(
-        f"indexed {stats.files:,} capture files ({index.calls.height:,} calls, "
-        f"{index.damaged.height:,} damaged lines): {stats.new:,} new, {stats.appended:,} "
+        f"indexed {stats.files:,} capture files ({built.calls.height:,} calls, "
+        f"{built.damaged.height:,} damaged lines): {stats.new:,} new, {stats.appended:,} "
         f"appended, {stats.reread:,} re-read, {stats.reused:,} unchanged, {stats.removed:,} "
         f"removed; parsed {stats.bytes_parsed / 1e6:,.1f} MB with {stats.workers} process(es)"
     )
@@ -69,21 +151,43 @@ def _index(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report(args: argparse.Namespace) -> int:
-    from ngcapture_viz.report import write_report
-    from ngcapture_viz.run import open_run
+REPORT_EXAMPLE = """\b
+Example:
+  ngcapture report --capture-dir results/demo/ckpt-200/model-calls \\
+      --rollouts results/demo/ckpt-200/rollouts.jsonl --out report.html"""
 
-    run = open_run(args.capture_dir, args.rollouts, label=args.label, progress=not args.quiet)
-    path = write_report(run, args.out, title=args.title)
+
+@click.command(epilog=REPORT_EXAMPLE)
+@_sources
+@click.option(
+    "--out",
+    type=_RUN_PATH,
+    default=Path("report.html"),
+    metavar="FILE",
+    help="The HTML file to write (replaced if it exists).",
+)
+@_label
+@click.option("--title", help="Title of the report.  [default: from the run's label]")
+@_strict
+@_quiet
+def report(
+    *,
+    capture_dir: Path | None,
+    rollouts: Path | None,
+    out: Path,
+    label: str | None,
+    title: str | None,
+    strict: bool,
+    quiet: bool,
+) -> int:
+    """Write the self-contained HTML report of a run: one offline file, no network."""
+    from ngcapture_viz import open_run, write_report
+
+    with _reading(strict=strict):
+        run = open_run(capture_dir, rollouts, label=label, progress=not quiet)
+        path = write_report(run, out, title=title)
     print(f"report: {path.resolve()}")
     return 0
-
-
-def _open(path: Path, label: str | None, *, quiet: bool):  # type: ignore[no-untyped-def]
-    from ngcapture_viz.run import open_run
-
-    capture_dir, rollouts = resolve_run(path)
-    return open_run(capture_dir, rollouts, label=label, progress=not quiet)
 
 
 def _gates(values: Sequence[str], *, relative: bool = True) -> list[tuple[str, float, bool]]:
@@ -96,7 +200,7 @@ def _gates(values: Sequence[str], *, relative: bool = True) -> list[tuple[str, f
     for value in values:
         metric, sep, limit = value.partition("=")
         if not sep or metric not in METRIC_NAMES:
-            raise VizError(
+            raise UserError(
                 f"{flag} {value!r}: expected METRIC=MAX_INCREASE with METRIC one of "
                 f"{', '.join(METRIC_NAMES)}"
             )
@@ -105,25 +209,80 @@ def _gates(values: Sequence[str], *, relative: bool = True) -> list[tuple[str, f
         except ValueError:
             number = math.nan
         if not math.isfinite(number):
-            raise VizError(f"{flag} {value!r}: MAX_INCREASE must be a finite number ({meaning})")
+            raise UserError(f"{flag} {value!r}: MAX_INCREASE must be a finite number ({meaning})")
         gates.append((metric, number, relative))
     return gates
 
 
-def _diff(args: argparse.Namespace) -> int:
-    from ngcapture_viz.diff import assert_no_regression, diff
+DIFF_EXAMPLE = """\b
+Example:
+  ngcapture diff results/demo/ckpt-100 results/demo/ckpt-200 --gate latency_p95_ms=0.1 \\
+      --gate-abs error_rate=0.02
 
-    gates = _gates(args.gate) + _gates(args.gate_abs, relative=False)
-    run_a = _open(args.a, args.label_a, quiet=args.quiet)
-    run_b = _open(args.b, args.label_b, quiet=args.quiet)
-    if run_a.label == run_b.label:
-        raise VizError(f"both runs are labelled {run_a.label!r}: pass --label-a / --label-b")
-    result = diff(run_a, run_b, n_boot=args.n_boot, seed=args.seed)
+Exit status 1 when a gate fails (B is confidently worse than A by more than the limit)."""
+
+
+@click.command(epilog=DIFF_EXAMPLE)
+@click.argument("a", type=_RUN_PATH)
+@click.argument("b", type=_RUN_PATH)
+@click.option("--label-a", help="Name of run A.  [default: its folder's name]")
+@click.option("--label-b", help="Name of run B.  [default: its folder's name]")
+@click.option(
+    "--n-boot",
+    type=click.IntRange(min=100),
+    default=2000,
+    help="Bootstrap resamples for the 95% intervals.",
+)
+@click.option("--seed", type=int, default=0, help="Seed of the bootstrap.")
+@click.option("--out", type=_RUN_PATH, metavar="FILE", help="Also write the diff table as CSV.")
+@click.option(
+    "--gate",
+    multiple=True,
+    metavar="METRIC=MAX_INCREASE",
+    help="Exit 1 if METRIC regressed by more than MAX_INCREASE (relative: 0.1 is "
+    "+10%); repeatable.",
+)
+@click.option(
+    "--gate-abs",
+    multiple=True,
+    metavar="METRIC=MAX_INCREASE",
+    help="The same in the metric's own unit (rates: 0.02 is +2 percentage points), "
+    "for metrics that can start from 0; repeatable.",
+)
+@_strict
+@_quiet
+def diff(
+    *,
+    a: Path,
+    b: Path,
+    label_a: str | None,
+    label_b: str | None,
+    n_boot: int,
+    seed: int,
+    out: Path | None,
+    gate: tuple[str, ...],
+    gate_abs: tuple[str, ...],
+    strict: bool,
+    quiet: bool,
+) -> int:
+    """Compare run B with run A (checkpoints): metric by metric, with 95% bootstrap intervals
+    and Holm-adjusted p-values. A and B are run folders, capture directories or rollout
+    files."""
+    from ngcapture_viz import assert_no_regression, open_run
+    from ngcapture_viz import diff as compare
+
+    gates = _gates(gate) + _gates(gate_abs, relative=False)
+    with _reading(strict=strict):
+        run_a = open_run(*resolve_run(a), label=label_a, progress=not quiet)
+        run_b = open_run(*resolve_run(b), label=label_b, progress=not quiet)
+        if run_a.label == run_b.label:
+            raise UserError(f"both runs are labelled {run_a.label!r}: pass --label-a / --label-b")
+        result = compare(run_a, run_b, n_boot=n_boot, seed=seed)
     print(result)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        result.frame.write_csv(args.out)
-        print(f"diff table: {args.out.resolve()}")
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        result.frame.write_csv(out)
+        print(f"diff table: {out.resolve()}")
     failed = 0
     for metric, limit, relative in gates:
         try:
@@ -134,18 +293,52 @@ def _diff(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _export_wandb(args: argparse.Namespace) -> int:
-    from ngcapture_viz.export import export_to_wandb
-    from ngcapture_viz.run import open_run
+WANDB_EXAMPLE = """\b
+Example:
+  wandb login                       # once; or set WANDB_API_KEY
+  ngcapture export-wandb --capture-dir results/model-calls --rollouts results/rollouts.jsonl \\
+      --project my-evals
+  WANDB_MODE=offline ngcapture export-wandb ...   # no account: write locally, `wandb sync` later
 
-    run = open_run(args.capture_dir, args.rollouts, label=args.label, progress=not args.quiet)
-    result = export_to_wandb(
-        run,
-        project=args.project,
-        entity=args.entity,
-        name=args.name,
-        payload_digests=args.payload_digests,
-    )
+Request and response payloads never leave the machine; --payload-digests adds their hashes."""
+
+
+@click.command(epilog=WANDB_EXAMPLE)
+@_sources
+@click.option("--project", required=True, help="W&B project to log to.")
+@click.option("--entity", help="W&B entity (user or team).  [default: your default entity]")
+@click.option("--name", help="Name of the W&B run.  [default: chosen by W&B]")
+@_label
+@click.option(
+    "--payload-digests",
+    is_flag=True,
+    help="Add a SHA-256 digest of each call's request and response (never the "
+    "payloads themselves).",
+)
+@_strict
+@_quiet
+def export_wandb(
+    *,
+    capture_dir: Path | None,
+    rollouts: Path | None,
+    project: str,
+    entity: str | None,
+    name: str | None,
+    label: str | None,
+    payload_digests: bool,
+    strict: bool,
+    quiet: bool,
+) -> int:
+    """Log payload-free tables of a run (calls, rollouts, gaps, tool calls) and its summary
+    metrics to Weights & Biases."""
+    from ngcapture_viz import export_to_wandb, open_run
+
+    with _reading(strict=strict):
+        run = open_run(capture_dir, rollouts, label=label, progress=not quiet)
+        with _wandb_errors():
+            result = export_to_wandb(
+                run, project=project, entity=entity, name=name, payload_digests=payload_digests
+            )
     for table, rows in result.rows.items():
         print(f"{table}: {rows:,} of {result.total_rows[table]:,} rows logged")
     for note in result.notes:
@@ -154,76 +347,17 @@ def _export_wandb(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ngcapture", description="Analyse capture stores and rollout files."
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    def quiet(command: argparse.ArgumentParser) -> None:
-        command.add_argument("--quiet", action="store_true", help="no progress bar")
-
-    index = sub.add_parser("index", help="build or refresh the sidecar index of a capture dir")
-    index.add_argument("capture_dir", type=Path)
-    index.add_argument("--index-dir", type=Path, help="where to keep the index")
-    index.add_argument("--workers", type=int, help="processes for a cold build (default: cores)")
-    quiet(index)
-    index.set_defaults(handler=_index)
-
-    report = sub.add_parser("report", help="write the self-contained HTML report of a run")
-    report.add_argument("--capture-dir", type=Path)
-    report.add_argument("--rollouts", type=Path)
-    report.add_argument("--out", type=Path, default=Path("report.html"))
-    report.add_argument("--label")
-    report.add_argument("--title")
-    quiet(report)
-    report.set_defaults(handler=_report)
-
-    diff = sub.add_parser("diff", help="compare two runs (checkpoints) with bootstrap CIs")
-    diff.add_argument("a", type=Path, help="run folder, capture dir or rollout file")
-    diff.add_argument("b", type=Path)
-    diff.add_argument("--label-a")
-    diff.add_argument("--label-b")
-    diff.add_argument("--n-boot", type=int, default=2000)
-    diff.add_argument("--seed", type=int, default=0)
-    diff.add_argument("--out", type=Path, help="write the diff table as CSV")
-    diff.add_argument(
-        "--gate",
-        action="append",
-        default=[],
-        metavar="METRIC=MAX_INCREASE",
-        help="exit 1 if METRIC regressed by more than MAX_INCREASE (relative); repeatable",
-    )
-    diff.add_argument(
-        "--gate-abs",
-        action="append",
-        default=[],
-        metavar="METRIC=MAX_INCREASE",
-        help="the same in the metric's own unit (rates: 0.02 is +2 percentage points); "
-        "for metrics that can start from 0",
-    )
-    quiet(diff)
-    diff.set_defaults(handler=_diff)
-
-    export = sub.add_parser("export-wandb", help="log payload-free tables to Weights & Biases")
-    export.add_argument("--capture-dir", type=Path)
-    export.add_argument("--rollouts", type=Path)
-    export.add_argument("--project", required=True)
-    export.add_argument("--entity")
-    export.add_argument("--name")
-    export.add_argument("--label")
-    export.add_argument("--payload-digests", action="store_true")
-    quiet(export)
-    export.set_defaults(handler=_export_wandb)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run one analysis command; errors print one clear line and exit with status 2."""
-    args = _parser().parse_args(argv)
+@contextlib.contextmanager
+def _wandb_errors() -> Iterator[None]:
+    """W&B's login and network refusals as one line that says what to do."""
     try:
-        result: int = args.handler(args)
-    except (VizError, ValueError, KeyError) as exc:
-        print(f"ngcapture {args.command}: {exc}", file=sys.stderr)
-        return 2
-    return result
+        yield
+    except Exception as exc:
+        if not type(exc).__module__.startswith("wandb."):
+            raise
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise UserError(
+            f"W&B refused the export: {reason} Log in with `wandb login` (or set "
+            "WANDB_API_KEY), or export without an account with WANDB_MODE=offline and upload "
+            "later with `wandb sync`"
+        ) from None

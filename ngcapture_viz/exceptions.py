@@ -11,6 +11,10 @@ Every error the package raises on purpose derives from :class:`VizError`::
     ├── ExportError                               an export (W&B, Parquet) was refused
     └── RegressionError      (also AssertionError) a checkpoint diff crossed its gate
 
+One warning category: :class:`RolloutFileWarning` (a ``UserWarning``), issued when a rollout
+file is not what it claims (not JSON lines, binary, lines that are not objects, empty); filter
+it with ``warnings.filterwarnings("ignore"|"error", category=RolloutFileWarning)``.
+
 Damaged evidence is never an exception by default: it becomes a row of ``run.gaps``.
 """
 
@@ -26,6 +30,7 @@ __all__ = [
     "MissingExtraError",
     "PayloadUnavailableError",
     "RegressionError",
+    "RolloutFileWarning",
     "SourceError",
     "VizError",
 ]
@@ -72,3 +77,11 @@ class ExportError(VizError):
 
 class RegressionError(VizError, AssertionError):
     """A checkpoint diff moved a metric past the allowed increase."""
+
+
+class RolloutFileWarning(UserWarning):
+    """A rollout file holds lines that are not rollout records, or none at all.
+
+    The lines are still reported as gap rows; the warning says it once per file, with the
+    counts and the first bad line, so the damage is seen before anyone opens the gap table.
+    """

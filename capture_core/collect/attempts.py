@@ -302,14 +302,20 @@ class ClearReport:
 
 
 def clear_rollouts(
-    dirs: Sequence[str | os.PathLike[str]], ids: Sequence[str], *, wait_s: float
+    dirs: Sequence[str | os.PathLike[str]],
+    ids: Sequence[str],
+    *,
+    wait_s: float,
+    into: str = CLEARED_DIR,
 ) -> ClearReport:
     """Archive the existing capture of exactly ``ids`` in every directory, after their writes.
 
     Waits at most ``wait_s`` in all for the ids' in-flight writes, then moves each existing
     ``<id>.capture.jsonl`` and ``<id>.capture.incomplete`` to
-    ``<dir>/.cleared/<id>.<unix-ns>.<suffix>``. Writes still pending are reported (their
-    markers stay, so the new attempt's attachment reports them too). Nothing else is touched.
+    ``<dir>/<into>/<id>.<unix-ns>.<suffix>`` (``into`` is a folder name: ``.cleared`` for a
+    resumed run's leftovers, a dated ``overwritten-...`` folder for ``--overwrite``). Writes
+    still pending are reported (their markers stay, so the new attempt's attachment reports
+    them too). Nothing else is touched.
 
     Raises:
         InvalidRolloutIdError: an id is invalid (checked before anything is touched).
@@ -330,7 +336,7 @@ def clear_rollouts(
             pending = wait_for_pending(store.root, rollout_id, timeout_s=left)
             if pending:
                 report.still_pending.setdefault(rollout_id, []).extend(pending)
-            report.moved += _archive(store, rollout_id)
+            report.moved += _archive(store, rollout_id, into)
     if report.moved:
         where = ", ".join(sorted({str(path.parent) for path in report.moved}))
         logger.info("archived %d earlier capture file(s) of the rollouts about to run into %s",
@@ -345,11 +351,11 @@ def clear_rollouts(
     return report
 
 
-def _archive(store: CaptureStore, rollout_id: str) -> list[Path]:
-    """Move a rollout's capture file (under its lock) and marker into ``.cleared/``."""
+def _archive(store: CaptureStore, rollout_id: str, into: str) -> list[Path]:
+    """Move a rollout's capture file (under its lock) and marker into ``<root>/<into>/``."""
     moved: list[Path] = []
     data, marker = store.path_for(rollout_id), store.marker_path(rollout_id)
-    cleared = store.root / CLEARED_DIR
+    cleared = store.root / into
     try:
         # Write access: on NFS an exclusive flock is emulated by a POSIX lock, which needs it.
         with locked_fd(data, os.O_WRONLY, exclusive=True, create=False) as held:

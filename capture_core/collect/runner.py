@@ -28,9 +28,10 @@ import orjson
 from capture_core.collect.agent import Agent, Dialect, SimpleAgent
 from capture_core.collect.attachment import DEFAULT_DRAIN_TIMEOUT_S, capture_attachment
 from capture_core.collect.attempts import (
+    CLEARED_DIR,
     DEFAULT_MAX_ATTEMPTS,
+    AttemptPlan,
     BadLine,
-    ClearReport,
     CollectError,
     clear_rollouts,
     expand_rows,
@@ -42,6 +43,18 @@ from capture_core.collect.attempts import (
     rollout_ids,
 )
 from capture_core.collect.grader import grade
+from capture_core.collect.preflight import (
+    ARCHIVE_PREFIX,
+    archive_files,
+    archive_folder,
+    capture_collisions,
+    check_output,
+    check_server,
+    run_ids_in,
+    stamp_run_id,
+    utc_stamp,
+    validate_run_id,
+)
 from capture_core.collect.trajectory import attach_evidence
 from capture_core.ids import ATTEMPT_INDEX_KEY
 from capture_core.records import ATTACHMENT_KEY
@@ -67,7 +80,15 @@ class CollectConfig:
         limit: use only the first ``limit`` tasks.
         num_repeats: rollouts per task.
         concurrency: rollouts run at once.
-        resume: keep the output and run only what is missing; otherwise both files restart.
+        resume: keep the output and run only what is missing (under the run id it records).
+        overwrite: move an existing output (and failures) file, and the capture files of the
+            rollouts about to run, into a dated ``overwritten-<UTC time>/`` folder beside them.
+            Without ``resume`` or ``overwrite``, existing data is refused, never replaced.
+        run_id: prefix every rollout id as ``<run_id>.<task>-<rollout>`` (and record
+            ``_ng_run_id``), so runs sharing a capture directory never share a file; ``None``
+            keeps the bare ``<task>-<rollout>`` ids (``ngcapture collect`` makes one per run).
+        check_server: before anything else, check that ``model_url`` answers and captures
+            into one of ``capture_dirs`` (see :func:`~capture_core.collect.check_server`).
         drain_timeout_s: bound on waiting for in-flight capture writes (before clearing, in
             all; after each rollout, per rollout).
         tools: let the simple agent use its built-in tools.
@@ -87,6 +108,9 @@ class CollectConfig:
     num_repeats: int = 1
     concurrency: int = 4
     resume: bool = False
+    overwrite: bool = False
+    run_id: str | None = None
+    check_server: bool = True
     drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
     tools: bool = False
     dialect: Dialect = "responses"
@@ -119,12 +143,15 @@ class CollectSummary:
     gaps: dict[str, int] = field(default_factory=dict)
     cleared_files: int = 0
     cleared_still_pending: int = 0
+    run_id: str | None = None
+    archived: list[Path] = field(default_factory=list)
     elapsed_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready values (paths as strings)."""
         data = asdict(self)
         data["output"], data["failures"] = str(self.output), str(self.failures)
+        data["archived"] = [str(path) for path in self.archived]
         data["bad_input_lines"] = [
             {"line_number": b.line_number, "reason": b.reason} for b in self.bad_input_lines
         ]
@@ -151,8 +178,10 @@ class CollectSummary:
             f"gaps: {gaps}",
             f"bad input lines skipped: {len(self.bad_input_lines)}; earlier capture archived: "
             f"{self.cleared_files} file(s), {self.cleared_still_pending} write(s) still pending",
+            f"run id: {self.run_id or 'none (bare <task>-<rollout> ids)'}",
             f"output: {self.output}",
             f"failures: {self.failures}",
+            *(f"earlier data moved to: {folder}" for folder in self.archived),
         ])  # fmt: skip
 
 
@@ -166,9 +195,15 @@ def collect(
         agent: runs one rollout (default: a :class:`SimpleAgent` from the config).
         grader: adds ``reward`` and ``parsed_answer`` (fields the agent set are kept).
 
+    Everything that can refuse the run is checked before any file is touched: the options,
+    the task file, the capture directories (they must exist: the capture server creates
+    them), the server (:func:`check_server`), an output holding data, capture files of the
+    rollouts about to run.
+
     Raises:
-        CollectError: the configuration is unusable or two rows would share a rollout id.
-        CaptureStoreError: an earlier capture could not be archived.
+        CollectError: the configuration is unusable, the server is unreachable or captures
+            elsewhere, earlier data would be replaced, or two rows would share a rollout id.
+        CaptureStoreError: an earlier capture or output could not be moved aside.
 
     Example:
         >>> summary = collect(CollectConfig(None, "out/rollouts.jsonl", "http://127.0.0.1:8000",
@@ -184,33 +219,8 @@ def collect(
     source = Path(config.input) if config.input is not None else EXAMPLE_TASKS
     if not source.is_file():
         raise CollectError("the input task file does not exist", path=source)
-    read = read_jsonl_rows(source)
-    for bad in read.bad:
-        logger.warning("skipping input line %d of %s: %s", bad.line_number, source, bad.reason)
-    tasks = read.rows[: config.limit] if config.limit is not None else read.rows
-    summary.tasks, summary.bad_input_lines = len(tasks), read.bad
-    rows = expand_rows(tasks, config.num_repeats)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    state = None
-    if config.resume:
-        for path in (output, summary.failures):
-            repair_torn_tail(path)
-        state = load_resume_state(output)
-    else:
-        for path in (output, summary.failures):
-            if path.exists() and path.stat().st_size:
-                logger.info("not resuming: starting %s afresh", path)
-            path.write_bytes(b"")
-    plan = plan_attempts(rows, state, max_attempts=config.max_attempts)
-    ids = rollout_ids(plan.dispatch)
-    summary.dispatched = len(plan.dispatch)
-    summary.already_finished, summary.exhausted = len(plan.finished), len(plan.exhausted)
-    dirs = [Path(d) for d in config.capture_dirs]
-    cleared = clear_rollouts(dirs, ids, wait_s=config.drain_timeout_s) if dirs else ClearReport()
-    summary.cleared_files, summary.cleared_still_pending = (
-        len(cleared.moved),
-        cleared.pending_count,
-    )
+    dirs, plan, ids = _plan(config, source, summary)  # every check; nothing touched yet
+    _make_room(config, summary, dirs, ids)
     run = _Run(config, dirs, agent, grader)
     with (
         _Appender(output) as successes,
@@ -229,6 +239,73 @@ def collect(
     return summary
 
 
+def _plan(
+    config: CollectConfig, source: Path, summary: CollectSummary
+) -> tuple[list[Path], AttemptPlan, list[str]]:
+    """Check the directories, the server and earlier data; read the tasks and plan the run."""
+    dirs = [_capture_dir(d) for d in config.capture_dirs]
+    if config.check_server:
+        check_server(config.model_url, dirs)
+    output = summary.output
+    check_output(output, summary.failures, resume=config.resume, overwrite=config.overwrite)
+    read = read_jsonl_rows(source)
+    for bad in read.bad:
+        logger.warning("skipping input line %d of %s: %s", bad.line_number, source, bad.reason)
+    tasks = read.rows[: config.limit] if config.limit is not None else read.rows
+    summary.tasks, summary.bad_input_lines = len(tasks), read.bad
+    summary.run_id = _run_id(config, output)
+    rows = expand_rows(tasks, config.num_repeats)
+    if summary.run_id is not None:
+        rows = [stamp_run_id(row, summary.run_id) for row in rows]
+    state = load_resume_state(output) if config.resume else None
+    plan = plan_attempts(rows, state, max_attempts=config.max_attempts)
+    ids = rollout_ids(plan.dispatch)
+    collisions = capture_collisions(dirs, ids) if not config.resume else {}
+    if collisions and not config.overwrite:
+        root, clashing = next(iter(collisions.items()))
+        more = ", ..." if len(clashing) > 3 else ""
+        raise CollectError(
+            f"capture directory {root} already holds the capture of {len(clashing)} "
+            f"rollout(s) this run would write ({', '.join(clashing[:3])}{more}): --resume "
+            "continues that run, --overwrite moves them to a dated folder first, --run-id "
+            "gives this run ids of its own (nothing was changed)"
+        )
+    summary.dispatched = len(plan.dispatch)
+    summary.already_finished, summary.exhausted = len(plan.finished), len(plan.exhausted)
+    return dirs, plan, ids
+
+
+def _make_room(
+    config: CollectConfig, summary: CollectSummary, dirs: list[Path], ids: list[str]
+) -> None:
+    """Start (or reopen) the output files and archive the capture of the ids about to run.
+
+    ``overwrite`` moves earlier data into a dated ``overwritten-<UTC time>`` folder beside it;
+    a resumed run's leftovers (rollouts killed mid-run, rerun under the same id) go to
+    ``.cleared/``.
+    """
+    output, failures = summary.output, summary.failures
+    stamp = utc_stamp()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    if config.resume:
+        for path in (output, failures):
+            repair_torn_tail(path)
+    else:
+        if config.overwrite and (output.exists() or failures.exists()):
+            folder = archive_folder(output.parent, stamp)
+            archive_files([output, failures], folder)
+            summary.archived.append(folder)
+        for path in (output, failures):
+            path.write_bytes(b"")
+    if not dirs:
+        return
+    into = f"{ARCHIVE_PREFIX}{stamp}" if config.overwrite else CLEARED_DIR
+    cleared = clear_rollouts(dirs, ids, wait_s=config.drain_timeout_s, into=into)
+    summary.cleared_files, summary.cleared_still_pending = len(cleared.moved), cleared.pending_count
+    if config.overwrite:
+        summary.archived += sorted({path.parent for path in cleared.moved})
+
+
 def _check(config: CollectConfig) -> None:
     if config.concurrency < 1:
         raise CollectError(f"concurrency must be at least 1, got {config.concurrency}")
@@ -240,6 +317,41 @@ def _check(config: CollectConfig) -> None:
         raise CollectError(f"max_attempts must be at least 1, got {config.max_attempts}")
     if not math.isfinite(config.drain_timeout_s) or config.drain_timeout_s < 0:
         raise CollectError(f"drain_timeout_s must be >= 0, got {config.drain_timeout_s}")
+    if config.resume and config.overwrite:
+        raise CollectError("resume and overwrite exclude each other: choose one")
+    if config.run_id is not None:
+        validate_run_id(config.run_id)
+
+
+def _capture_dir(directory: str | os.PathLike[str]) -> Path:
+    """An existing capture directory: a collector reads, it never creates one."""
+    path = Path(directory)
+    if not path.is_dir():
+        what = "is not a directory" if path.exists() else "does not exist"
+        raise CollectError(
+            f"capture directory {path} {what}: the capture server creates it when it starts "
+            "with --capture-dir; pass the same directory to both"
+        )
+    return path
+
+
+def _run_id(config: CollectConfig, output: Path) -> str | None:
+    """The run id: the one a resumed output records, else the configured one."""
+    if not config.resume or not output.exists():
+        return config.run_id
+    recorded = run_ids_in(output)
+    if len(recorded) > 1:
+        raise CollectError(
+            f"{output} mixes several runs ({', '.join(sorted(map(str, recorded)))}); resume "
+            "one run per output file"
+        )
+    found = next(iter(recorded), config.run_id)
+    if recorded and config.run_id is not None and found != config.run_id:
+        what = f"run id {found!r}" if found else "no run id"
+        raise CollectError(
+            f"{output} records {what}, not {config.run_id!r}: drop --run-id to resume it"
+        )
+    return found
 
 
 def _default_agent(config: CollectConfig) -> Agent:
@@ -277,7 +389,7 @@ class _Run:
         attachment = None
         if self.dirs:
             attachment = capture_attachment(
-                self.dirs, rollout_id, drain_timeout_s=self.config.drain_timeout_s
+                self.dirs, rollout_id, drain_timeout_s=self.config.drain_timeout_s, since=started
             )
         record = attach_evidence(record, row, result, attachment, window=(started, ended))
         ok = FAILURE_KEY not in record

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ from capture_core import (
     rollout_id_from_body,
     split_attempt,
 )
-from ngcapture_viz.exceptions import SourceError
+from ngcapture_viz.exceptions import RolloutFileWarning, SourceError
 from ngcapture_viz.frames.gaps import AnalysisGap, GapRows
 
 __all__ = ["RolloutRecord", "RolloutSource", "read_rollouts"]
@@ -79,6 +80,7 @@ def read_rollouts(path: str | os.PathLike[str]) -> RolloutSource:
     source = RolloutSource(file)
     seen: dict[str, int] = {}
     offset = 0
+    bad: list[tuple[int, str]] = []
     with paused_gc():
         for number, line in enumerate(content.split(b"\n"), start=1):
             start = offset
@@ -86,13 +88,35 @@ def read_rollouts(path: str | os.PathLike[str]) -> RolloutSource:
             if not line.strip(b" \t\r"):
                 continue
             source.lines += 1
-            _read_line(source, line, number, start, seen)
+            problem = _read_line(source, line, number, start, seen)
+            if problem is not None:
+                bad.append((number, problem))
+    _warn_if_not_rollouts(source, bad, binary=b"\x00" in content)
     return source
+
+
+def _warn_if_not_rollouts(
+    source: RolloutSource, bad: list[tuple[int, str]], *, binary: bool
+) -> None:
+    """One :class:`RolloutFileWarning` for a file that is empty or holds non-rollout lines."""
+    if source.lines == 0:
+        message = f"rollout file {source.path} is empty: it holds no rollout records"
+    elif bad:
+        number, problem = bad[0]
+        kind = " (it looks binary, not JSON lines)" if binary else ""
+        message = (
+            f"rollout file {source.path}{kind}: {len(bad):,} of {source.lines:,} line(s) are not "
+            f"rollout records; first at line {number}: {problem[:200]}"
+        )
+    else:
+        return
+    warnings.warn(message, RolloutFileWarning, stacklevel=3)
 
 
 def _read_line(
     source: RolloutSource, line: bytes, number: int, offset: int, seen: dict[str, int]
-) -> None:
+) -> str | None:
+    """Read one line into ``source``; returns what is wrong when it is not a rollout record."""
     where = {"path": str(source.path), "line_number": number, "byte_offset": offset}
     try:
         row = orjson.loads(line)
@@ -100,18 +124,18 @@ def _read_line(
         source.gaps.add(
             AnalysisGap.ROLLOUT_LINE_DAMAGED, source="rollouts", detail=str(exc), **where
         )
-        return
+        return f"not valid JSON ({exc})"
     if not isinstance(row, dict):
         detail = f"a JSON {type(row).__name__}, not an object"
         source.gaps.add(AnalysisGap.ROLLOUT_LINE_DAMAGED, source="rollouts", detail=detail, **where)
-        return
+        return detail
     attachment, problem = _attachment(row)
     rollout_id, id_problem = _rollout_id(row, attachment)
     if rollout_id is None:
         source.gaps.add(
             AnalysisGap.ROLLOUT_WITHOUT_ID, source="rollouts", detail=id_problem, **where
         )
-        return
+        return f"no rollout id ({id_problem})"
     if problem is not None:
         source.gaps.add(
             AnalysisGap.ATTACHMENT_UNREADABLE,
@@ -144,6 +168,7 @@ def _read_line(
             attachment_unreadable=problem is not None,
         )
     )
+    return None
 
 
 def _attachment(row: Mapping[str, Any]) -> tuple[ModelCallCaptureAttachment | None, str | None]:

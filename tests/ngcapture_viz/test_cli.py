@@ -64,13 +64,14 @@ def test_resolve_run_accepts_folder_store_and_file(run_folder: Path) -> None:
 
 def test_server_commands_do_not_import_the_analysis_side() -> None:
     code = (
-        "import sys; from capture_core.cli import _parser; _parser(); "
+        "import sys; from capture_core.cli import main; "
+        "codes = [main([name, '--help']) for name in ('worker', 'serve', 'collect')]; "
         "print('polars' in sys.modules, 'ngcapture_viz' in sys.modules)"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
-    assert done.stdout.split() == ["False", "False"]
+    assert done.stdout.split()[-2:] == ["False", "False"]
 
 
 @pytest.mark.parametrize("schema", [CALLS, ROLLOUTS, GAPS, TOOL_CALLS], ids=lambda s: s.name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,50 @@ def _gaps(run: ngv.CaptureRun) -> list[tuple[Any, ...]]:
     return frame.rows()
 
 
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "looks binary, not JSON lines): 3 of 3"),
+        (b"[1, 2, 3]\n", "1 of 1 line(s) are not rollout records; first at line 1: a JSON list"),
+        (b"", "is empty"),
+        (b"\n \n", "is empty"),
+        (b"id,reward\n0,1.0\n", "2 of 2 line(s) are not rollout records; first at line 1"),
+        (b'{"_ng_task_index": 0, "_ng_rollout_index": 0}\n"text"\n', "1 of 2 line(s)"),
+    ],
+    ids=["binary", "array", "empty", "blank", "csv", "one-bad"],
+)
+def test_a_file_that_is_not_rollouts_warns_once_with_counts(
+    tmp_path: Path, content: bytes, says: str
+) -> None:
+    rollouts = tmp_path / "rollouts.jsonl"
+    rollouts.write_bytes(content)
+    with pytest.warns(ngv.RolloutFileWarning) as caught:
+        ngv.open_run(rollouts=rollouts)
+    assert len(caught) == 1
+    assert str(rollouts) in str(caught[0].message) and says in str(caught[0].message)
+    assert issubclass(ngv.RolloutFileWarning, UserWarning)
+
+
+def test_the_rollout_file_warning_can_be_filtered_or_raised(tmp_path: Path) -> None:
+    import warnings
+
+    rollouts = tmp_path / "rollouts.jsonl"
+    rollouts.write_bytes(b"[1]\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ngv.RolloutFileWarning)
+        assert ngv.open_run(rollouts=rollouts).rollouts.height == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ngv.RolloutFileWarning)
+        with pytest.raises(ngv.RolloutFileWarning, match="not rollout records"):
+            ngv.open_run(rollouts=rollouts)
+
+
+def test_a_good_rollout_file_does_not_warn(tmp_path: Path) -> None:
+    rollouts = tmp_path / "rollouts.jsonl"
+    rollouts.write_bytes(b'{"_ng_task_index": 0, "_ng_rollout_index": 0, "reward": 1}\n\n')
+    assert ngv.open_run(rollouts=rollouts).rollouts.height == 1  # warnings are errors here
+
+
 def test_damaged_rollout_records_become_gap_rows(
     tmp_path: Path, line_factory: CaptureLineFactory
 ) -> None:
@@ -64,10 +109,13 @@ def test_damaged_rollout_records_become_gap_rows(
         _record("0-0", lines[:3], reward=0.25),  # 9: a third record of 0-0, the one used
     ]
     rollouts.write_bytes(b"".join(content))
-    source = read_rollouts(rollouts)
+    said = re.escape("3 of 8 line(s) are not rollout records; first at line 2: not valid JSON")
+    with pytest.warns(ngv.RolloutFileWarning, match=said):
+        source = read_rollouts(rollouts)
     assert source.lines == 8
     assert [r.line_number for r in source.records] == [1, 6, 7, 8, 9]
-    run = ngv.open_run(rollouts=rollouts)
+    with pytest.warns(ngv.RolloutFileWarning, match=said):
+        run = ngv.open_run(rollouts=rollouts)
     assert _gaps(run) == [
         ("0-0", None, None, "rollout_duplicated", "rollouts", 7),
         ("0-0", None, None, "rollout_duplicated", "rollouts", 9),
