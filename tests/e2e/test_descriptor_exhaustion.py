@@ -1,0 +1,73 @@
+"""A capture server out of file descriptors still leaves per-call evidence on disk.
+
+The server process's ``RLIMIT_NOFILE`` is cut below what it already holds (``prlimit`` on the
+real process), so no capture file can be opened: every call is still served over the client's
+open connection, and every lost capture is in the failure log, which a restarted server does not
+erase and which the collector turns into one gap per call.
+"""
+
+from __future__ import annotations
+
+import http.client
+import resource
+import time
+from pathlib import Path
+
+import orjson
+
+from capture_core import CaptureStore
+from capture_core.collect.attachment import capture_attachment
+from capture_core.failures import read_capture_failures
+from capture_core.testing import request_body
+from capture_core.testing.processes import run_capture_server
+from tests.e2e.conftest import Stack
+
+CALLS = 8
+
+
+def post(connection: http.client.HTTPConnection, rollout_id: str) -> int:
+    connection.request("POST", f"/ng-rollout/{rollout_id}/v1/chat/completions",
+                       orjson.dumps(request_body("chat")), {"content-type": "application/json"})  # fmt: skip
+    response = connection.getresponse()
+    response.read()
+    return response.status
+
+
+def test_out_of_descriptors_every_lost_capture_is_on_disk_after_a_restart(stack: Stack, tmp_path: Path) -> None:  # fmt: skip
+    directory = tmp_path / "calls"
+    with run_capture_server(stack.worker.url, directory) as server:
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        for index in range(3):  # warm: the client's and the upstream connections are open
+            assert post(connection, f"warm-{index}") == 200
+        pid = server.process.pid
+        limits = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (3, limits[1]))  # nothing new opens
+        try:
+            statuses = [post(connection, f"e-{index}") for index in range(CALLS)]
+            deadline = time.monotonic() + 30
+            while len(read_capture_failures(directory).failures) < CALLS:
+                assert time.monotonic() < deadline, "failures did not reach the log"
+                time.sleep(0.05)
+            connection.request("GET", "/ngcapture/metrics")
+            metrics = connection.getresponse().read().decode()
+        finally:
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, limits)
+            connection.close()
+    assert statuses == [200] * CALLS  # the calls themselves were served
+    assert f"ngcapture_capture_failures_total {CALLS}" in metrics
+    first_logs = sorted((directory / ".failures").iterdir())
+    with run_capture_server(stack.worker.url, directory) as restarted:  # a restart...
+        again = http.client.HTTPConnection("127.0.0.1", restarted.port, timeout=30)
+        assert post(again, "after-restart") == 200
+        again.close()
+    store = CaptureStore(directory)
+    assert len(store.read("after-restart").entries) == 1
+    # ...keeps every failure of the first process, one per call, with why
+    failures = read_capture_failures(directory).failures
+    assert sorted(f.rollout_id for f in failures) == sorted(f"e-{i}" for i in range(CALLS))
+    assert all("EMFILE" in f.reason for f in failures), [f.reason for f in failures]
+    assert all(path in sorted((directory / ".failures").iterdir()) for path in first_logs)
+    for index in range(CALLS):
+        assert not store.path_for(f"e-{index}").exists()
+        gaps = capture_attachment([directory], f"e-{index}", drain_timeout_s=1).gaps
+        assert [gap.code for gap in gaps] == ["model_call_capture_failed"]
