@@ -20,6 +20,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ PENDING_DIR: Final = ".pending"
 WRITERS_DIR: Final = ".writers"
 LOCK_SUFFIX: Final = ".lock"
 _SEPARATOR: Final = "@"
+_CALL_ID: Final = re.compile(r"^[A-Za-z0-9._-]+$")
 
 WriterState = Literal["live", "dead", "unknown"]
 
@@ -132,7 +134,8 @@ def _parse(name: str) -> tuple[str, str, str | None] | None:
     if not sep or not is_valid_rollout_id(rollout_id):
         return None
     call_id, _, writer = rest.partition(_SEPARATOR)
-    if not call_id.isalnum() or (writer and not writer.isalnum()):
+    # Read tolerantly (other writers' call ids may carry '-', '_' or '.'); written strictly.
+    if not call_id or not _CALL_ID.match(call_id) or (writer and not writer.isalnum()):
         return None
     return rollout_id, call_id, writer or None
 

@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 
 from capture_core import MARKER_SUFFIX
-from capture_core.pending import pending_marker
+from capture_core.writers import FAILURE_LOG_SUFFIX, FAILURES_DIR
 from ngcapture_viz.frames.calls import CALLS, CallColumns
 from ngcapture_viz.frames.gaps import GAPS, AnalysisGap, GapRows
 from ngcapture_viz.frames.rollouts import (
@@ -112,14 +112,32 @@ class RunBuilder:
                 detail="the capture server failed to record at least one call",
                 path=str(root / f"{rollout_id}{MARKER_SUFFIX}"),
             )
-        for rollout_id, call_id in listing.pending:
+        landed = set(calls.select("rollout_id", "model_call_id").iter_rows())
+        for marker in listing.pending:
+            if marker.lost and (marker.rollout_id, marker.model_call_id) in landed:
+                continue  # a stale marker: its server died after the line landed
             self.gaps.add(
-                "model_call_capture_pending",
+                "model_call_capture_lost" if marker.lost else "model_call_capture_pending",
                 source="store",
-                rollout_id=rollout_id,
-                model_call_id=call_id,
-                detail="the capture write had not landed when the run was opened",
-                path=str(pending_marker(root, rollout_id, call_id)),
+                rollout_id=marker.rollout_id,
+                model_call_id=marker.model_call_id,
+                detail=(
+                    f"its server (writer {marker.writer}) died before the line landed"
+                    if marker.lost
+                    else "the capture write had not landed when the run was opened"
+                ),
+                path=str(marker.path),
+            )
+        for failure in listing.failures:
+            if (failure.rollout_id, failure.model_call_id) in landed:
+                continue
+            self.gaps.add(
+                "model_call_capture_failed",
+                source="store",
+                rollout_id=failure.rollout_id,
+                model_call_id=failure.model_call_id,
+                detail=f"the capture line could not be written: {failure.reason}",
+                path=str(root / FAILURES_DIR / f"{failure.writer}{FAILURE_LOG_SUFFIX}"),
             )
         data = pl.DataFrame(
             {"rollout_id": list(listing.data), "name": list(listing.data.values())},
@@ -139,8 +157,9 @@ class RunBuilder:
                 path=str(root / name),
             )
         pending: dict[str, int] = {}
-        for rollout_id, _ in listing.pending:
-            pending[rollout_id] = pending.get(rollout_id, 0) + 1
+        for marker in listing.pending:
+            if not marker.lost:
+                pending[marker.rollout_id] = pending.get(marker.rollout_id, 0) + 1
         others = (listing.markers | set(pending)).difference(listing.data)
         prefix = str(root) + os.sep  # pathlib costs ~6 µs a join: too much per rollout
         ids = [*listing.data, *others]

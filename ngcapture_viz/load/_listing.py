@@ -9,7 +9,9 @@ from stat import S_ISREG
 from typing import Any
 
 from capture_core import DATA_SUFFIX, MARKER_SUFFIX, is_valid_rollout_id
-from capture_core.pending import all_pending_writes
+from capture_core.failures import read_capture_failures
+from capture_core.pending import PendingCall, pending_calls
+from capture_core.records import CaptureFailure
 from ngcapture_viz.exceptions import SourceError
 from ngcapture_viz.load._scan import _PROBE, fingerprint
 
@@ -22,7 +24,8 @@ class DirListing:
 
     data: dict[str, str] = field(default_factory=dict)  # rollout_id -> file name
     markers: set[str] = field(default_factory=set)  # rollout ids marked incomplete
-    pending: list[tuple[str, str]] = field(default_factory=list)  # (rollout_id, model_call_id)
+    pending: list[PendingCall] = field(default_factory=list)  # markers, live or lost
+    failures: list[CaptureFailure] = field(default_factory=list)  # from the failure logs
     foreign: list[str] = field(default_factory=list)
     stats: dict[str, os.stat_result] = field(default_factory=dict)  # data file name -> lstat
 
@@ -42,7 +45,8 @@ class DirListing:
             raise SourceError(f"capture directory {str(root)!r}: {exc.strerror}") from None
         finally:
             os.close(fd)
-        listing.pending = all_pending_writes(root)
+        listing.pending = pending_calls(root)
+        listing.failures = read_capture_failures(root).failures
         return listing
 
     @classmethod
