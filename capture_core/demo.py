@@ -269,9 +269,10 @@ def run_checkpoints(out: Path, *, tasks: int = 20, repeats: int = 2) -> list[Pat
             run_capture_server(worker.url, capture_dir) as server,
         ):
             agent = SimpleAgent(server.url, tools=tools, headers=faults)
+            # A rerun replaces the demo's results; the earlier ones move to a dated folder.
             config = CollectConfig(
                 None, folder / "rollouts.jsonl", server.url, [capture_dir],
-                limit=tasks, num_repeats=repeats, concurrency=4, tools=tools,
+                limit=tasks, num_repeats=repeats, concurrency=4, tools=tools, overwrite=True,
             )  # fmt: skip
             summary = collect(config, agent=agent)
         print(f"== {name} (worker seed {seed}, ttft {ttft_ms:g} ms, {ms_per_token:g} ms/token)")

@@ -4,6 +4,7 @@ Files in the store's directory::
 
     <rollout_id>.capture.jsonl       one JSON object per line, one line per captured model call
     <rollout_id>.capture.incomplete  empty marker: some call of the rollout failed to persist
+    overwritten-<UTC time>/          earlier capture a collector moved aside (``--overwrite``)
 
 Writers append each line whole under an exclusive ``flock`` on the data file and fsync it before
 returning; readers hold a shared lock while they read, so they never see a live writer's half
@@ -52,6 +53,7 @@ from capture_core.normalize import normalize_line
 from capture_core.records import CaptureRecords, DamagedLine, ModelCallRecord, RawCaptureLine
 
 __all__ = [
+    "ARCHIVE_PREFIX",
     "DATA_SUFFIX",
     "MARKER_SUFFIX",
     "CaptureRead",
@@ -63,6 +65,8 @@ __all__ = [
 
 DATA_SUFFIX: Final = ".capture.jsonl"
 MARKER_SUFFIX: Final = ".capture.incomplete"
+#: Folders of earlier capture moved aside by ``ngcapture collect --overwrite`` (not rollouts).
+ARCHIVE_PREFIX: Final = "overwritten-"
 
 
 @dataclass(frozen=True, slots=True)

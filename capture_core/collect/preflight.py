@@ -28,7 +28,7 @@ from capture_core._locking import fsync_dir, os_reason
 from capture_core.collect.attempts import CollectError, read_jsonl_rows
 from capture_core.exceptions import CaptureStoreError
 from capture_core.ids import ROLLOUT_ID_KEY, validate_rollout_id
-from capture_core.store import CaptureStore
+from capture_core.store import ARCHIVE_PREFIX, CaptureStore
 from capture_core.store_id import read_store_id
 
 __all__ = [
@@ -48,7 +48,6 @@ __all__ = [
 
 HEALTH_PATH: Final = "/ngcapture/health"
 RUN_ID_KEY: Final = "_ng_run_id"
-ARCHIVE_PREFIX: Final = "overwritten-"
 MAX_RUN_ID_LENGTH: Final = 64
 
 

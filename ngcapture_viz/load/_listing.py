@@ -12,6 +12,7 @@ from capture_core import DATA_SUFFIX, MARKER_SUFFIX, is_valid_rollout_id
 from capture_core.failures import read_capture_failures
 from capture_core.pending import PendingCall, pending_calls
 from capture_core.records import CaptureFailure
+from capture_core.store import ARCHIVE_PREFIX
 from ngcapture_viz.exceptions import SourceError
 from ngcapture_viz.load._scan import _PROBE, fingerprint
 
@@ -55,8 +56,8 @@ class DirListing:
         (about twice as fast as by path or through ``DirEntry`` on a large directory)."""
         listing = cls()
         for name in names:
-            if name.startswith("."):
-                continue  # tool-owned: .pending, .cleared, the index...
+            if name.startswith((".", ARCHIVE_PREFIX)):
+                continue  # tool-owned: .pending, .cleared, the index, overwritten capture...
             stem = name.removesuffix(DATA_SUFFIX)
             if stem != name and is_valid_rollout_id(stem):
                 try:

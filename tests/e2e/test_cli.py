@@ -223,3 +223,9 @@ def test_overwrite_moves_earlier_data_to_a_dated_folder_it_prints(tmp_path: Path
         if name.endswith(".capture.jsonl"):
             assert archived[name.split(".")[0]] == data
     assert len(_records(output)) == 3
+    # The analysis side reads the directory as before: the archive folder is no stray file.
+    import ngcapture_viz as ngv
+
+    run = ngv.open_run(capture_dir, output, progress=False)
+    assert run.rollouts.height == 3
+    assert "capture_dir_foreign_file" not in run.gaps["code"].cast(str).to_list()
