@@ -100,14 +100,20 @@ def _cpu(target: Target, worker: ServiceProcess) -> tuple[float, float]:
     return proxy, tree_cpu_s(worker.process.pid)
 
 
-def _settled_lines(directory: Path | None, *, quiet_s: float = 0.3, limit_s: float = 3.0) -> int:
-    """Capture lines once no new one has landed for ``quiet_s``: Gym releases a non-streamed
-    reply before its line is written, and calls wrk abandons at its deadline may still land."""
-    count, deadline = count_capture_lines(directory), time.monotonic() + limit_s
-    while directory is not None and time.monotonic() < deadline:
-        time.sleep(quiet_s)
-        now = count_capture_lines(directory)
-        if now == count:
+def _settled_lines(directory: Path | None, expected: int, *, limit_s: float = 5.0) -> int:
+    """Capture lines once ``expected`` have landed (or ``limit_s`` passed) and none has landed
+    for 0.3 s: Gym answers a non-streamed call before its line is written, and calls that wrk
+    abandons at its deadline may still land. A shortfall after that is a lost line."""
+    if directory is None:
+        return 0
+    deadline = time.monotonic() + limit_s
+    count = count_capture_lines(directory)
+    while count < expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+        count = count_capture_lines(directory)
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        if (now := count_capture_lines(directory)) == count:
             break
         count = now
     return count
@@ -115,7 +121,7 @@ def _settled_lines(directory: Path | None, *, quiet_s: float = 0.3, limit_s: flo
 
 def _serial(target: Target, worker: ServiceProcess, body: bytes, requests: int) -> dict[str, Any]:
     serial_calls(target.service.port, target.path_for, body, requests=0, warm=20)
-    lines0, (proxy0, worker0) = count_capture_lines(target.capture_dir), _cpu(target, worker)
+    lines0, (proxy0, worker0) = _settled_lines(target.capture_dir, 0), _cpu(target, worker)
     run = serial_calls(target.service.port, target.path_for, body, requests=requests, warm=0)
     proxy1, worker1 = _cpu(target, worker)
     calls = len(run.latencies_s)
@@ -127,14 +133,14 @@ def _serial(target: Target, worker: ServiceProcess, body: bytes, requests: int) 
         "errors": run.errors,
         "proxy_cpu_ms": (proxy1 - proxy0) * 1000 / calls if target.is_proxy else None,
         "worker_cpu_ms": (worker1 - worker0) * 1000 / calls,
-        "lines": _settled_lines(target.capture_dir) - lines0,
+        "lines": _settled_lines(target.capture_dir, lines0 + calls) - lines0,
     }
 
 
 def _wrk(
     target: Target, worker: ServiceProcess, wrk: str, script: Path, seconds: float
 ) -> dict[str, Any]:
-    lines0, (proxy0, worker0) = count_capture_lines(target.capture_dir), _cpu(target, worker)
+    lines0, (proxy0, worker0) = _settled_lines(target.capture_dir, 0), _cpu(target, worker)
     busy0 = machine_busy_s()
     run = run_wrk(wrk, target.service.url, script, seconds=seconds, connections=CONCURRENCY)
     busy1 = machine_busy_s()
@@ -153,7 +159,7 @@ def _wrk(
         "worker_cpu_ms": (worker1 - worker0) * 1000 / calls,
         "wrk_cores": run.wrk_cpu_s / run.elapsed_s,
         "other_load_cores": max(0.0, (busy1 - busy0 - ours) / run.elapsed_s),
-        "lines": _settled_lines(target.capture_dir) - lines0,
+        "lines": _settled_lines(target.capture_dir, lines0 + result.requests) - lines0,
     }
 
 
@@ -443,7 +449,8 @@ def _health_lines(records: list[dict[str, Any]], configs: list[str]) -> list[str
                 "at its deadline may land too)"
             )
             if serial_lines < serial_calls_ or wrk_lines < wrk_calls:
-                text += " — LINES MISSING"
+                lost = max(0, serial_calls_ - serial_lines)
+                text += f" — LINES MISSING ({lost:,} answered c=1 calls have no line)"
         failed = sum(n for status, n in statuses.items() if status != "200") + socket_errors
         if failed > 0.01 * sum(r["c64"]["calls"] for r in mine) or serial_errors:
             text += " — FAILED CALLS: these numbers do not measure successful calls"
