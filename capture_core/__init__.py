@@ -4,7 +4,7 @@ The public API lives here; modules are implementation detail. Reading a capture:
 
     from capture_core import CaptureStore, aggregate_model_call_metrics, read_model_call_records
 
-    store = CaptureStore("/absolute/path/to/results/model-calls")
+    store = CaptureStore("results/demo/ckpt-200/model-calls")  # must exist: reading never creates
     calls = read_model_call_records(store, "0-0")
     totals = aggregate_model_call_metrics(store, "0-0")
 
