@@ -43,10 +43,15 @@ from ngcapture_viz.figures import (
 )
 from ngcapture_viz.frames import (
     CALLS,
+    COMPACTIONS,
     GAP_MEANINGS,
     GAPS,
+    INVOCATIONS,
+    PERF,
     ROLLOUTS,
+    SANDBOXES,
     TOOL_CALLS,
+    TOOL_EXECUTIONS,
     AnalysisGap,
     Column,
     FrameSchema,
@@ -68,10 +73,15 @@ from ngcapture_viz.stats import error_rates, latency_percentiles, throughput_sum
 
 __all__ = [
     "CALLS",
+    "COMPACTIONS",
     "GAPS",
     "GAP_MEANINGS",
+    "INVOCATIONS",
+    "PERF",
     "ROLLOUTS",
+    "SANDBOXES",
     "TOOL_CALLS",
+    "TOOL_EXECUTIONS",
     "AnalysisGap",
     "CaptureDashboard",
     "CaptureIndex",

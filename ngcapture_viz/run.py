@@ -6,6 +6,9 @@ A run is a capture directory, a rollout JSONL file, or both. Frames:
 * ``rollouts``   one row per rollout, capture totals beside task fields and reward
 * ``gaps``       every piece of evidence known to be missing or damaged, and where
 * ``tool_calls`` one row per tool call a response asked for
+* ``invocations``, ``tool_executions``, ``compactions``, ``sandboxes``: the agent's own account
+  of each rollout (from ``ng_trajectory`` / ``ng_agent_observations``)
+* ``perf``       one row per rollout with an ``ng_perf`` (or the reason it has none)
 
 Payloads stay on disk: ``run.payload(model_call_id)`` reads one line back by its byte offset.
 """
@@ -30,9 +33,10 @@ from ngcapture_viz.frames.rollouts import (
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS
 from ngcapture_viz.interop import to_pandas, to_polars
 from ngcapture_viz.load._assemble import RunBuilder, Sources
+from ngcapture_viz.load.evidence import EVIDENCE_FRAMES, evidence_frames
 from ngcapture_viz.load.failures import failures_file, read_failures
 from ngcapture_viz.load.index import IndexStats
-from ngcapture_viz.load.rollouts import read_rollouts
+from ngcapture_viz.load.rollouts import RolloutSource, read_rollouts
 
 __all__ = [
     "CaptureRun",
@@ -46,7 +50,7 @@ __all__ = [
 
 PathLike = str | os.PathLike[str]
 #: The frames of a run, in order.
-FRAME_NAMES: Final = ("calls", "rollouts", "gaps", "tool_calls")
+FRAME_NAMES: Final = ("calls", "rollouts", "gaps", "tool_calls", *EVIDENCE_FRAMES)
 
 
 class CaptureRun:
@@ -55,6 +59,8 @@ class CaptureRun:
     Attributes:
         label: the run's label (``None`` for a stack of runs).
         calls, rollouts, gaps, tool_calls: the frames (see ``docs/frames.md``).
+        invocations, tool_executions, compactions, sandboxes, perf: the agent-side frames
+            (empty when the rollout records carry no such evidence).
         index_stats: what refreshing the sidecar index did (``None`` without a store).
         capture_dir, rollouts_path, failures_path: where the data came from (``failures_path``:
             the collector's ``<stem>_failures.jsonl``, read when it was there).
@@ -74,8 +80,15 @@ class CaptureRun:
         failures_path: Path | None = None,
         index_stats: IndexStats | None = None,
         runs: Mapping[str, CaptureRun] | None = None,
+        evidence: Mapping[str, pl.DataFrame] | None = None,
     ) -> None:
         self.label = label
+        evidence = evidence or evidence_frames(label, [])
+        self.invocations = evidence["invocations"]
+        self.tool_executions = evidence["tool_executions"]
+        self.compactions = evidence["compactions"]
+        self.sandboxes = evidence["sandboxes"]
+        self.perf = evidence["perf"]
         # pandas frames are converted here, once (the declared columns keep their dtypes).
         self.calls = to_polars(calls, CALLS)
         self.rollouts = to_polars(rollouts, ROLLOUTS)
@@ -257,8 +270,11 @@ def open_run(
                 workers=workers,
                 progress=progress,
             )
+        evidence = None
         if sources.rollouts is not None:
-            builder.read_rollouts(read_rollouts(sources.rollouts))
+            source = read_rollouts(sources.rollouts)
+            builder.read_rollouts(source)
+            evidence = evidence_frames(label, _last_records(source))
             failures = read_failures(failures_file(sources.rollouts))
             if failures is not None:
                 builder.read_failures(failures)
@@ -273,6 +289,7 @@ def open_run(
         rollouts_path=sources.rollouts,
         failures_path=builder.failures.source.path if builder.failures is not None else None,
         index_stats=builder.index_stats,
+        evidence=evidence,
     )
     if strict and run.gaps.height:
         first = run.gaps.row(0, named=True)
@@ -282,6 +299,12 @@ def open_run(
             run.gaps.to_dicts(),
         )
     return run
+
+
+def _last_records(source: RolloutSource) -> list[tuple[str, dict[str, Any], Any]]:
+    """``(rollout id, evidence, attachment)`` of the last record of each id (the one used)."""
+    last = {record.rollout_id: record for record in source.records}
+    return [(r.rollout_id, r.evidence, r.attachment) for r in last.values() if r.evidence]
 
 
 def _default_label(sources: Sources) -> str:
@@ -366,6 +389,7 @@ def stack_runs(runs: Sequence[CaptureRun]) -> CaptureRun:
         gaps=stacked("gaps"),
         tool_calls=stacked("tool_calls"),
         runs=members,
+        evidence={name: stacked(name) for name in EVIDENCE_FRAMES},
     )
 
 

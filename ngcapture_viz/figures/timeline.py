@@ -34,6 +34,7 @@ from ngcapture_viz.figures._timeline_text import (
     subtitle,
     unplaced_note,
 )
+from ngcapture_viz.figures.agent_lanes import add_agent_lanes
 from ngcapture_viz.frames.calls import CALLS
 from ngcapture_viz.frames.gaps import AnalysisGap
 from ngcapture_viz.interop import accepts_pandas
@@ -154,6 +155,7 @@ def timeline(run: CaptureRun, rollout_id: str, *, run_label: str | None = None) 
     _add_bars(fig, placed)
     _add_ttft(fig, placed)
     _add_damaged_markers(fig, gaps, placed)
+    agent = add_agent_lanes(fig, run, rollout_id, placed, label=label, first_lane=num_lanes)
     notes: list[tuple[str, str]] = []  # the causality caveat is said once, by the report
     if unplaced.height:
         notes.append(("unplaced", unplaced_note(unplaced)))
@@ -169,10 +171,13 @@ def timeline(run: CaptureRun, rollout_id: str, *, run_label: str | None = None) 
             "text": f"Rollout {rollout_id}{run_part}",
             "subtitle": {"text": subtitle(placed, num_lanes, idle, gaps.height)},
         },
-        height=min(900, 260 + 28 * num_lanes) + bottom,
+        height=min(900, 260 + 28 * (num_lanes + len(agent.labels))) + bottom,
         margin={"b": bottom, "t": 90},
     )
-    _style_axes(fig, num_lanes, origin)
+    _style_axes(fig, num_lanes + len(agent.labels), origin)
+    if agent.labels:  # name the lanes: call lanes by number, then the agent's
+        ticks = {**{lane: str(lane) for lane in range(num_lanes)}, **agent.labels}
+        fig.update_yaxes(tickmode="array", tickvals=list(ticks), ticktext=list(ticks.values()))
     return fig
 
 

@@ -28,6 +28,7 @@ from capture_core import (
 )
 from ngcapture_viz.exceptions import RolloutFileWarning, SourceError
 from ngcapture_viz.frames.gaps import AnalysisGap, GapRows
+from ngcapture_viz.load.evidence import compact_evidence
 
 __all__ = ["RolloutRecord", "RolloutSource", "read_rollouts"]
 
@@ -52,6 +53,8 @@ class RolloutRecord:
     fields: dict[str, Any]
     attachment: ModelCallCaptureAttachment | None
     attachment_unreadable: bool = False
+    #: The agent-side evidence, payload-free (``load.evidence.compact_evidence``).
+    evidence: dict[str, Any] | None = None
 
 
 @dataclass
@@ -166,6 +169,7 @@ def _read_line(
             fields={k: v for k, v in row.items() if _is_task_field(k, v)},
             attachment=attachment,
             attachment_unreadable=problem is not None,
+            evidence=compact_evidence(row),
         )
     )
     return None
