@@ -41,15 +41,17 @@ class LockedFd:
     Attributes:
         fd: the descriptor.
         created: whether this open created the file.
+        size: the file's size when the lock was taken.
     """
 
     fd: int
     created: bool
+    size: int
 
 
 @contextmanager
 def locked_fd(
-    path: Path, flags: int, *, exclusive: bool, create: bool
+    path: str | os.PathLike[str], flags: int, *, exclusive: bool, create: bool
 ) -> Iterator[LockedFd | None]:
     """Open ``path``, lock it, and yield it; unlock and close on exit.
 
@@ -69,7 +71,7 @@ def locked_fd(
     """
     # O_NOFOLLOW: a symlink planted at a capture path must not redirect writes elsewhere.
     held = _open_current(
-        path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, exclusive=exclusive, create=create
+        os.fspath(path), flags | os.O_CLOEXEC | os.O_NOFOLLOW, exclusive=exclusive, create=create
     )
     if held is None:
         yield None
@@ -77,25 +79,26 @@ def locked_fd(
     try:
         yield held
     finally:
-        try:
+        try:  # unlock explicitly: a process forked meanwhile may share the descriptor
             fcntl.flock(held.fd, fcntl.LOCK_UN)
         finally:
             os.close(held.fd)
 
 
-def _open_current(path: Path, flags: int, *, exclusive: bool, create: bool) -> LockedFd | None:
+def _open_current(path: str, flags: int, *, exclusive: bool, create: bool) -> LockedFd | None:
     lock = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
     for _ in range(_MAX_REOPENS):
         opened = _open(path, flags, create=create)
         if opened is None:
             if create:
-                continue  # removed between our two opens: try again
+                continue  # created and removed by others between our opens: try again
             return None
         fd, created = opened
         try:
             fcntl.flock(fd, lock)
-            if _is_current(fd, path):
-                return LockedFd(fd, created)
+            size = _current_size(fd, path)
+            if size is not None:
+                return LockedFd(fd, created, size)
         except BaseException:
             os.close(fd)
             raise
@@ -103,28 +106,32 @@ def _open_current(path: Path, flags: int, *, exclusive: bool, create: bool) -> L
     raise OSError(errno.EAGAIN, f"file replaced {_MAX_REOPENS} times while waiting for its lock")
 
 
-def _open(path: Path, flags: int, *, create: bool) -> tuple[int, bool] | None:
-    if create:
-        try:
-            return os.open(path, flags | os.O_CREAT | os.O_EXCL, _FILE_MODE), True
-        except FileExistsError:
-            pass
+def _open(path: str, flags: int, *, create: bool) -> tuple[int, bool] | None:
+    """Open an existing file (the common case: one system call), else create it."""
     try:
         return os.open(path, flags), False
     except FileNotFoundError:
-        return None
+        if not create:
+            return None
+    try:
+        return os.open(path, flags | os.O_CREAT | os.O_EXCL, _FILE_MODE), True
+    except FileExistsError:
+        return None  # another writer created it first: open it on the next round
 
 
-def _is_current(fd: int, path: Path) -> bool:
+def _current_size(fd: int, path: str) -> int | None:
+    """The size of the file ``fd`` holds, or ``None`` when it is no longer the one at ``path``."""
     held = os.fstat(fd)
     try:
         current = os.stat(path)
     except FileNotFoundError:
-        return False
-    return (held.st_ino, held.st_dev) == (current.st_ino, current.st_dev)
+        return None
+    if (held.st_ino, held.st_dev) != (current.st_ino, current.st_dev):
+        return None
+    return held.st_size
 
 
-def append_line(path: Path, line: bytes) -> tuple[int, bool]:
+def append_line(path: str | os.PathLike[str], line: bytes) -> tuple[int, bool]:
     """Append ``line`` to ``path`` under its exclusive lock and fsync it.
 
     If the file ends without a newline (a writer died mid-line), a newline is written first so
@@ -141,8 +148,8 @@ def append_line(path: Path, line: bytes) -> tuple[int, bool]:
     flags = os.O_RDWR | os.O_APPEND  # read access to look at the last byte
     with locked_fd(path, flags, exclusive=True, create=True) as held:
         if held is None:  # cannot happen with create=True; keeps the type narrow
-            raise FileNotFoundError(errno.ENOENT, "capture file vanished", str(path))
-        size = os.fstat(held.fd).st_size
+            raise FileNotFoundError(errno.ENOENT, "capture file vanished", os.fspath(path))
+        size = held.size
         if size and os.pread(held.fd, 1, size - 1) != b"\n":
             line = b"\n" + line
         try:
@@ -157,7 +164,7 @@ def append_line(path: Path, line: bytes) -> tuple[int, bool]:
         return len(line), held.created
 
 
-def read_locked(path: Path) -> bytes | None:
+def read_locked(path: str | os.PathLike[str]) -> bytes | None:
     """All bytes of ``path``, read under a shared lock; ``None`` when it does not exist.
 
     Example:

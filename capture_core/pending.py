@@ -1,17 +1,22 @@
 """Capture writes in flight, visible to every process that shares the capture directory.
 
 A server marks each captured call as pending when it starts and unmarks it once its line is
-durable (or its failure recorded): an empty file ``<dir>/.pending/<rollout_id>@<model_call_id>@
-<writer>``, where ``<writer>`` is the token of the server process (see
-:mod:`capture_core.writers`). ``@`` cannot occur in a rollout id, so one rollout's markers never
-match another's. Markers written by older versions have no ``@<writer>`` part.
+durable (or its failure recorded). Its marks live in one file of its own,
+``<dir>/.pending/<writer>.slots``: fixed slots of :data:`SLOT_SIZE` bytes, each blank or
+holding ``<rollout_id>@<model_call_id>`` (space-padded, newline-terminated, so ``cat`` shows
+them). Marking is one ``pwrite`` into a file opened at start-up: no file is created per call,
+and marking works when the process has no descriptor left. ``<writer>`` is the server's token
+(see :mod:`capture_core.writers`).
 
 A reader tells a live write from a lost one by the writer's lock: every server holds an
 exclusive ``flock`` on ``<dir>/.writers/<writer>.lock`` for as long as it runs, so a lock that
 can be taken (or a lock file that is gone) means the writer died and its marked calls will never
-land (:attr:`PendingCall.lost`). A marker of an older version cannot be judged and counts as
-live. A marker whose line did land (the writer died between the two) is not evidence of a loss:
-:func:`sweep_markers` removes it, and readers that have the capture file skip it.
+land (:attr:`PendingCall.lost`). A marker whose line did land (the writer died between the two)
+is not evidence of a loss: :func:`sweep_markers` removes it, and readers that have the capture
+file skip it.
+
+Markers of older versions, one empty file per call named ``<rollout_id>@<model_call_id>``
+(optionally ``@<writer>``), are still read; without a writer they count as live.
 """
 
 from __future__ import annotations
@@ -31,15 +36,19 @@ from capture_core.ids import is_valid_rollout_id, validate_rollout_id
 
 __all__ = [
     "PENDING_DIR",
+    "SLOTS_SUFFIX",
+    "SLOT_SIZE",
     "WRITERS_DIR",
     "PendingCall",
     "SweepReport",
     "all_pending_writes",
+    "blank_slot",
     "mark_pending",
     "marker_name",
     "pending_calls",
     "pending_marker",
     "pending_writes",
+    "slot_bytes",
     "sweep_markers",
     "unmark_pending",
     "wait_for_pending",
@@ -49,8 +58,11 @@ __all__ = [
 PENDING_DIR: Final = ".pending"
 WRITERS_DIR: Final = ".writers"
 LOCK_SUFFIX: Final = ".lock"
+SLOTS_SUFFIX: Final = ".slots"
+SLOT_SIZE: Final = 256  # a 200-character id, '@', a call id, padding and '\n'
 _SEPARATOR: Final = "@"
 _CALL_ID: Final = re.compile(r"^[A-Za-z0-9._-]+$")
+_BLANK: Final = b" " * (SLOT_SIZE - 1) + b"\n"
 
 WriterState = Literal["live", "dead", "unknown"]
 
@@ -62,7 +74,7 @@ def _check_token(value: str, what: str) -> str:
 
 
 def marker_name(rollout_id: str, model_call_id: str, writer: str | None = None) -> str:
-    """The file name of one call's pending marker (validated: never a path).
+    """The text of one call's marker (validated: never a path).
 
     Example:
         >>> marker_name("3-2", "c0ffee", "w1")
@@ -74,16 +86,34 @@ def marker_name(rollout_id: str, model_call_id: str, writer: str | None = None) 
     return _SEPARATOR.join(parts)
 
 
+def slot_bytes(rollout_id: str, model_call_id: str) -> bytes:
+    """The bytes of one slot marking a call (validated).
+
+    Example:
+        >>> slot_bytes("3-2", "c0ffee").rstrip()
+        b'3-2@c0ffee'
+    """
+    text = marker_name(rollout_id, model_call_id).encode("ascii")
+    if len(text) >= SLOT_SIZE:
+        raise ValueError(f"a marker of {len(text)} bytes does not fit a slot")
+    return text.ljust(SLOT_SIZE - 1) + b"\n"
+
+
+def blank_slot() -> bytes:
+    """The bytes of a free slot."""
+    return _BLANK
+
+
 def pending_marker(
     root: Path, rollout_id: str, model_call_id: str, writer: str | None = None
 ) -> Path:
-    """Where the pending marker of one call lives (it may or may not exist)."""
+    """Where an older version's per-call marker file lives (it may or may not exist)."""
     return Path(root) / PENDING_DIR / marker_name(rollout_id, model_call_id, writer)
 
 
 @dataclass(frozen=True, slots=True)
 class PendingCall:
-    """One pending marker and what is known of its writer.
+    """One marked call and what is known of its writer.
 
     Attributes:
         rollout_id: the rollout.
@@ -91,7 +121,7 @@ class PendingCall:
         writer: the writing process's token, or ``None`` for a marker of an older version.
         state: ``live`` (its writer runs), ``dead`` (its writer died: the write never lands),
             or ``unknown`` (an older marker; treated as live).
-        path: the marker file.
+        path: the file holding the marker (a writer's slots file, or an older marker file).
     """
 
     rollout_id: str
@@ -129,8 +159,8 @@ def writer_alive(root: Path, writer: str) -> bool:
     return False
 
 
-def _parse(name: str) -> tuple[str, str, str | None] | None:
-    rollout_id, sep, rest = name.partition(_SEPARATOR)
+def _parse_marker(text: str) -> tuple[str, str, str | None] | None:
+    rollout_id, sep, rest = text.partition(_SEPARATOR)
     if not sep or not is_valid_rollout_id(rollout_id):
         return None
     call_id, _, writer = rest.partition(_SEPARATOR)
@@ -140,15 +170,23 @@ def _parse(name: str) -> tuple[str, str, str | None] | None:
     return rollout_id, call_id, writer or None
 
 
-def _names(root: Path) -> list[str]:
-    try:
-        return sorted(os.listdir(Path(root) / PENDING_DIR))
-    except FileNotFoundError:
-        return []
+def _slot_marks(data: bytes, needle: bytes | None) -> list[tuple[str, str]]:
+    """The ``(rollout_id, model_call_id)`` marked in a slots file's bytes."""
+    if needle is not None and needle not in data:
+        return []  # the common case for a rollout: nothing of it here
+    found = []
+    for start in range(0, len(data) - SLOT_SIZE + 1, SLOT_SIZE):
+        slot = data[start : start + SLOT_SIZE]
+        if slot == _BLANK or not slot.strip(b" \n\0"):
+            continue
+        parsed = _parse_marker(slot.rstrip(b" \n\0").decode("ascii", "replace"))
+        if parsed is not None and parsed[2] is None:  # a torn slot (read mid-write) is skipped
+            found.append(parsed[:2])
+    return found
 
 
 def pending_calls(root: Path, rollout_id: str | None = None) -> list[PendingCall]:
-    """Every pending marker in ``root`` (or of one rollout), with its writer's state, sorted.
+    """Every marked call in ``root`` (or of one rollout), with its writer's state, sorted.
 
     Each distinct writer is checked once.
 
@@ -159,25 +197,47 @@ def pending_calls(root: Path, rollout_id: str | None = None) -> list[PendingCall
     """
     if rollout_id is not None:
         validate_rollout_id(rollout_id)
+    needle = (rollout_id + _SEPARATOR).encode() if rollout_id is not None else None
+    directory = Path(root) / PENDING_DIR
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return []
     states: dict[str, WriterState] = {}
+
+    def state_of(writer: str | None) -> WriterState:
+        if writer is None:
+            return "unknown"
+        if writer not in states:
+            states[writer] = "live" if writer_alive(root, writer) else "dead"
+        return states[writer]
+
     found: list[PendingCall] = []
-    for name in _names(root):
-        parsed = _parse(name)
+    for name in names:
+        path = directory / name
+        token = name.removesuffix(SLOTS_SUFFIX)
+        if token != name:
+            if not token.isalnum():
+                continue
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                continue  # swept meanwhile
+            for rid, call_id in _slot_marks(data, needle):
+                if rollout_id is None or rid == rollout_id:
+                    found.append(PendingCall(rid, call_id, token, state_of(token), path))
+            continue
+        parsed = _parse_marker(name)
         if parsed is None or (rollout_id is not None and parsed[0] != rollout_id):
             continue
         rid, call_id, writer = parsed
-        if writer is None:
-            state: WriterState = "unknown"
-        else:
-            if writer not in states:
-                states[writer] = "live" if writer_alive(root, writer) else "dead"
-            state = states[writer]
-        found.append(PendingCall(rid, call_id, writer, state, Path(root) / PENDING_DIR / name))
+        found.append(PendingCall(rid, call_id, writer, state_of(writer), path))
+    found.sort(key=lambda p: (p.rollout_id, p.model_call_id))
     return found
 
 
 def all_pending_writes(root: Path) -> list[tuple[str, str]]:
-    """``(rollout_id, model_call_id)`` of every marker, live or lost, sorted.
+    """``(rollout_id, model_call_id)`` of every marked call, live or lost, sorted.
 
     Example:
         >>> all_pending_writes(Path("/abs/results/model-calls"))  # doctest: +SKIP
@@ -189,7 +249,8 @@ def all_pending_writes(root: Path) -> list[tuple[str, str]]:
 def mark_pending(
     root: Path, rollout_id: str, model_call_id: str, writer: str | None = None
 ) -> None:
-    """Record that the capture of one call has started (``writer``: the server's token)."""
+    """Mark a call pending with a marker file of its own (for writers without a
+    :class:`~capture_core.writers.CaptureWriter`; servers use their slots file)."""
     marker = pending_marker(root, rollout_id, model_call_id, writer)
     try:
         fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
@@ -202,7 +263,7 @@ def mark_pending(
 def unmark_pending(
     root: Path, rollout_id: str, model_call_id: str, writer: str | None = None
 ) -> None:
-    """Record that the capture of one call has finished (landed or failed)."""
+    """Remove a marker made by :func:`mark_pending`."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(pending_marker(root, rollout_id, model_call_id, writer))
 
@@ -241,7 +302,8 @@ class SweepReport:
             landed after all (``True``: a stale marker) or not (the call's capture is lost).
         live: markers of running writers (left alone).
         unknown: markers of an older version whose writer cannot be judged (left alone).
-        writers_removed: lock files of dead writers removed (their failure logs are kept).
+        writers_removed: dead writers whose lock and slots files were removed (their failure
+            logs are kept).
     """
 
     removed: list[tuple[PendingCall, bool]]
@@ -258,7 +320,7 @@ class SweepReport:
 def sweep_markers(
     root: Path, *, landed: Iterable[tuple[str, str]] = (), dry_run: bool = False
 ) -> SweepReport:
-    """Remove the pending markers of dead writers (and the lock files of dead writers).
+    """Remove the markers of dead writers (and the lock and slots files of dead writers).
 
     Args:
         root: the capture directory.
@@ -277,25 +339,27 @@ def sweep_markers(
     for call in calls:
         if not call.lost:
             continue
-        if not dry_run:
+        if not dry_run and not call.path.name.endswith(SLOTS_SUFFIX):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(call.path)
         removed.append((call, (call.rollout_id, call.model_call_id) in landed_set))
+    writers: set[str] = set()
+    for directory, suffix in ((WRITERS_DIR, LOCK_SUFFIX), (PENDING_DIR, SLOTS_SUFFIX)):
+        with contextlib.suppress(FileNotFoundError):
+            writers.update(
+                name.removesuffix(suffix)
+                for name in os.listdir(root / directory)
+                if name.endswith(suffix) and name.removesuffix(suffix).isalnum()
+            )
     writers_removed: list[str] = []
-    still_marked = {call.writer for call in calls if not call.lost}
-    try:
-        lock_names = sorted(os.listdir(root / WRITERS_DIR))
-    except FileNotFoundError:
-        lock_names = []
-    for name in lock_names:
-        token = name.removesuffix(LOCK_SUFFIX)
-        if token == name or not token.isalnum() or token in still_marked:
-            continue
+    for token in sorted(writers):
         if writer_alive(root, token):
             continue
         if not dry_run:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(root / WRITERS_DIR / name)
+            for path in (root / PENDING_DIR / f"{token}{SLOTS_SUFFIX}",
+                         root / WRITERS_DIR / f"{token}{LOCK_SUFFIX}"):  # fmt: skip
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
         writers_removed.append(token)
     return SweepReport(
         removed=removed,

@@ -110,6 +110,7 @@ class CaptureStore:
 
     def __init__(self, root: str | os.PathLike[str], *, create: bool = False) -> None:
         self._root = Path(root).resolve()
+        self._root_text = str(self._root)
         if self._root.exists() and not self._root.is_dir():
             raise CaptureStoreError("the capture directory is not a directory", path=self._root)
         if create:
@@ -177,19 +178,17 @@ class CaptureStore:
             >>> store.record("3-2", {"model_call_id": "c1", "dialect": "chat"})
             40
         """
-        path = self.path_for(rollout_id)
+        # A plain string path: building a Path costs more than the system calls it names.
+        path = f"{self._root_text}/{validate_rollout_id(rollout_id)}{DATA_SUFFIX}"
         payload = _serialize(line, path)
         try:
-            return self._append(path, payload)
+            written, created = append_line(path, payload)
+            if created:
+                fsync_dir(self._root)
         except OSError as exc:
             raise CaptureStoreError(
-                f"could not append a capture line: {os_reason(exc)}", path=path
+                f"could not append a capture line: {os_reason(exc)}", path=Path(path)
             ) from exc
-
-    def _append(self, path: Path, payload: bytes) -> int:
-        written, created = append_line(path, payload)
-        if created:
-            fsync_dir(self._root)
         return written
 
     def read(self, rollout_id: str, *, strict: bool = False) -> CaptureRead:
@@ -366,7 +365,7 @@ class CaptureStore:
         return sorted(found)
 
 
-def _serialize(line: RawCaptureLine | Mapping[str, Any], path: Path) -> bytes:
+def _serialize(line: RawCaptureLine | Mapping[str, Any], path: str | Path) -> bytes:
     """Encode one capture line as a single line of JSON ending in ``\\n``."""
     try:
         if isinstance(line, RawCaptureLine):
@@ -377,7 +376,9 @@ def _serialize(line: RawCaptureLine | Mapping[str, Any], path: Path) -> bytes:
         else:
             raise TypeError(f"a capture line must be a mapping, not {type(line).__name__}")
     except (TypeError, ValueError) as exc:
-        raise LineEncodingError(f"could not serialize a capture line: {exc}", path=path) from exc
+        raise LineEncodingError(
+            f"could not serialize a capture line: {exc}", path=Path(path)
+        ) from exc
     if payload.find(b"\n") != len(payload) - 1:
-        raise LineEncodingError("a serialized capture line spans several lines", path=path)
+        raise LineEncodingError("a serialized capture line spans several lines", path=Path(path))
     return payload

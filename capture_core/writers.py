@@ -10,7 +10,8 @@ When a capture server starts it registers in the directory:
   inodes, no space), a :class:`~capture_core.records.CaptureFailure` line goes here: that needs
   no new descriptor, no new inode and, within the reservation, no new block. A restart opens a
   new log and never touches the old ones.
-- ``.pending/``: held open as a directory descriptor, so markers are made relative to it.
+- ``.pending/<token>.slots``: the marks of its calls in flight, one fixed slot each (see
+  :mod:`capture_core.pending`), written with one ``pwrite`` per mark and per unmark.
 
 One spare descriptor is kept open too: when an append fails for want of descriptors, it is
 closed to make room for one more try.
@@ -35,7 +36,15 @@ from typing import Final, TypeVar
 import orjson
 
 from capture_core._locking import fsync_dir, write_all
-from capture_core.pending import LOCK_SUFFIX, PENDING_DIR, WRITERS_DIR, marker_name
+from capture_core.pending import (
+    LOCK_SUFFIX,
+    PENDING_DIR,
+    SLOT_SIZE,
+    SLOTS_SUFFIX,
+    WRITERS_DIR,
+    blank_slot,
+    slot_bytes,
+)
 from capture_core.records import CaptureFailure
 
 __all__ = ["FAILURES_DIR", "FAILURE_LOG_SUFFIX", "CaptureWriter"]
@@ -43,6 +52,7 @@ __all__ = ["FAILURES_DIR", "FAILURE_LOG_SUFFIX", "CaptureWriter"]
 FAILURES_DIR: Final = ".failures"
 FAILURE_LOG_SUFFIX: Final = ".jsonl"
 RESERVED_BYTES: Final = 1 << 20  # ~4,000 failure lines
+SLOTS_AT_START: Final = 64  # grown by as many again whenever all are in use
 _FALLOC_FL_KEEP_SIZE: Final = 1
 _OUT_OF_DESCRIPTORS: Final = frozenset({errno.EMFILE, errno.ENFILE})
 
@@ -94,7 +104,6 @@ class CaptureWriter:
         for name in (PENDING_DIR, WRITERS_DIR, FAILURES_DIR):
             (self.root / name).mkdir(exist_ok=True)
         flags = os.O_CLOEXEC | os.O_NOFOLLOW
-        self._pending_dir = os.open(self.root / PENDING_DIR, os.O_RDONLY | os.O_DIRECTORY | flags)
         lock_path = self.root / WRITERS_DIR / f"{self.token}{LOCK_SUFFIX}"
         self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | flags, 0o644)
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
@@ -108,27 +117,56 @@ class CaptureWriter:
         os.fsync(self._failures)
         for name in (FAILURES_DIR, WRITERS_DIR):
             fsync_dir(self.root / name)
+        self.slots_path = self.root / PENDING_DIR / f"{self.token}{SLOTS_SUFFIX}"
+        self._slots = os.open(self.slots_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | flags, 0o644)
+        self._slot_lock = threading.Lock()
+        self._free: list[int] = []
+        self._in_use: dict[tuple[str, str], int] = {}
+        self._grow()
+        fsync_dir(self.root / PENDING_DIR)
         self._spare: int | None = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         self._spare_lock = threading.Lock()
         self._failure_lock = threading.Lock()
         self.failures_logged = 0
 
+    def _grow(self) -> None:
+        """Add as many blank slots as there are (at least :data:`SLOTS_AT_START`)."""
+        count = max(SLOTS_AT_START, len(self._free) + len(self._in_use))
+        start = os.fstat(self._slots).st_size // SLOT_SIZE
+        os.pwrite(self._slots, blank_slot() * count, start * SLOT_SIZE)
+        self._free.extend(range(start + count - 1, start - 1, -1))
+
     def mark(self, rollout_id: str, model_call_id: str) -> bool:
-        """Create the call's pending marker; ``False`` (never raises OSError) if it failed."""
-        name = marker_name(rollout_id, model_call_id, self.token)
-        try:
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644,
-                         dir_fd=self._pending_dir)  # fmt: skip
-        except OSError:
-            return False
-        os.close(fd)
+        """Mark the call pending (one ``pwrite``); ``False`` (never raises OSError) if that
+        failed. Raises ``ValueError`` for an id that could not be a marker."""
+        data = slot_bytes(rollout_id, model_call_id)
+        with self._slot_lock:
+            try:
+                if not self._free:
+                    self._grow()
+                index = self._free.pop()
+                os.pwrite(self._slots, data, index * SLOT_SIZE)
+            except OSError:
+                return False
+            self._in_use[(rollout_id, model_call_id)] = index
         return True
 
     def unmark(self, rollout_id: str, model_call_id: str) -> None:
-        """Remove the call's pending marker (a missing one is fine)."""
-        name = marker_name(rollout_id, model_call_id, self.token)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(name, dir_fd=self._pending_dir)
+        """Clear the call's mark (an unmarked call is fine).
+
+        Raises:
+            OSError: the slot could not be cleared (it stays marked; the caller logs it).
+        """
+        with self._slot_lock:
+            index = self._in_use.pop((rollout_id, model_call_id), None)
+            if index is None:
+                return
+            try:
+                os.pwrite(self._slots, blank_slot(), index * SLOT_SIZE)
+            except OSError:
+                self._in_use[(rollout_id, model_call_id)] = index
+                raise
+            self._free.append(index)
 
     def with_spare_descriptor(self, action: Callable[[], T]) -> T:
         """Run ``action`` with the spare descriptor freed (one more can be opened meanwhile)."""
@@ -155,10 +193,18 @@ class CaptureWriter:
             self.failures_logged += 1
 
     def close(self) -> None:
-        """Close the registration (the lock file stays, for :func:`sweep_markers`). Idempotent."""
-        for name in ("_failures", "_lock_fd", "_pending_dir", "_spare"):
+        """Close the registration. Idempotent. With no call left marked, its lock and slots
+        files go too; otherwise they stay, since the marked calls' writes never landed
+        (:func:`~capture_core.pending.sweep_markers` reports and removes them). The failure log
+        always stays."""
+        tidy = getattr(self, "_slots", None) is not None and not self._in_use
+        for name in ("_failures", "_slots", "_spare", "_lock_fd"):
             fd = getattr(self, name, None)
             if fd is not None:
                 setattr(self, name, None)
                 with contextlib.suppress(OSError):
                     os.close(fd)
+        if tidy:
+            for path in (self.slots_path, self.root / WRITERS_DIR / f"{self.token}{LOCK_SUFFIX}"):
+                with contextlib.suppress(OSError):
+                    os.unlink(path)

@@ -27,6 +27,7 @@ from capture_core.server.middleware import CaptureMiddleware
 from capture_core.server.proxy import UpstreamProxy
 from capture_core.server.screening import FORWARDED_METHODS, limit_body, path_hint, screen
 from capture_core.server.settings import CaptureSettings
+from capture_core.server.token_capture import ServerTokenCapture
 from capture_core.server.training import TrainingGate
 from capture_core.store import CaptureStore
 from capture_core.store_id import ensure_store_id
@@ -40,7 +41,7 @@ limited = RateLimitedLogger(logger)
 METRICS_PATH = "/ngcapture/metrics"
 HEALTH_PATH = "/ngcapture/health"
 DRAIN_ON_SHUTDOWN_S = 30.0
-WRITER_THREADS = 32
+WRITER_THREADS = 16
 _SUMMARIZED = ("calls_captured", "capture_failures", "requests_refused", "uncaptured_requests",
                "invalid_rollout_ids")  # fmt: skip
 _ALLOWED = ", ".join(sorted(FORWARDED_METHODS)).encode()
@@ -79,7 +80,11 @@ class CaptureApp:
             else None
         )
         self.proxy = UpstreamProxy(settings)
-        self.training = TrainingGate(self.lineage, self.proxy) if self.lineage else None
+        # Issue 18 hook: token-id capture rides on the training gate (settings demand lineage).
+        self.tokens = ServerTokenCapture.from_config(settings.token_capture)
+        self.training = (
+            TrainingGate(self.lineage, self.proxy, tokens=self.tokens) if self.lineage else None
+        )
         self.middleware = CaptureMiddleware(
             self._dispatch,
             store=self.store,
@@ -171,6 +176,8 @@ class CaptureApp:
                 if left:
                     logger.warning("%d capture write(s) still running at shutdown", left)
                 await self.proxy.aclose()
+                if self.tokens is not None:  # issue 18 hook: a configured sink is closed
+                    await self.tokens.aclose()
                 self.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return

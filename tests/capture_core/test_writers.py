@@ -102,7 +102,7 @@ def test_sweep_removes_dead_markers_and_says_which_lines_landed(tmp_path: Path, 
     writer.mark("0-0", "bbb1")
     preview = sweep_markers(tmp_path, landed=[("0-0", "aaa2")], dry_run=True)
     assert [p.model_call_id for p in preview.lost] == ["aaa1"]
-    assert len(list((tmp_path / PENDING_DIR).iterdir())) == 3  # a dry run removes nothing
+    assert len(pending_calls(tmp_path)) == 3  # a dry run removes nothing
     report = sweep_markers(tmp_path, landed=[("0-0", "aaa2")])
     assert sorted((p.model_call_id, landed) for p, landed in report.removed) == [
         ("aaa1", False), ("aaa2", True)]  # fmt: skip
@@ -110,6 +110,33 @@ def test_sweep_removes_dead_markers_and_says_which_lines_landed(tmp_path: Path, 
     assert report.writers_removed == [token]
     assert [p.model_call_id for p in pending_calls(tmp_path)] == ["bbb1"]
     assert writer_alive(tmp_path, writer.token)  # a live writer's lock is never touched
+    assert sorted(p.name for p in (tmp_path / PENDING_DIR).iterdir()) == [f"{writer.token}.slots"]
+
+
+def test_marks_are_slots_in_one_file_that_grows_and_a_clean_close_leaves_nothing(tmp_path: Path) -> None:  # fmt: skip
+    writer = CaptureWriter(tmp_path)
+    calls = [f"c{i}" for i in range(150)]  # more than the slots made at start
+    assert all(writer.mark("0-0", call) for call in calls)
+    assert [p.model_call_id for p in pending_calls(tmp_path, "0-0")] == sorted(calls)
+    assert pending_calls(tmp_path, "0-1") == []
+    for call in calls:
+        writer.unmark("0-0", call)
+    assert pending_calls(tmp_path) == []
+    assert writer.mark("0-0", "again")  # a freed slot is reused
+    assert writer.slots_path.stat().st_size % 256 == 0
+    writer.unmark("0-0", "again")
+    writer.close()
+    assert list((tmp_path / PENDING_DIR).iterdir()) == []
+    assert list((tmp_path / ".writers").iterdir()) == []
+    assert list((tmp_path / FAILURES_DIR).iterdir())  # the failure log always stays
+
+
+def test_a_long_rollout_id_fits_a_slot(tmp_path: Path, writer: CaptureWriter) -> None:
+    rollout_id = "r" * 200
+    assert writer.mark(rollout_id, "f" * 32)
+    assert [p.rollout_id for p in pending_calls(tmp_path, rollout_id)] == [rollout_id]
+    with pytest.raises(ValueError, match="rollout id"):
+        writer.mark("../x", "c1")
 
 
 def test_failures_are_logged_durably_and_read_back(tmp_path: Path, writer: CaptureWriter) -> None:

@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from capture_core import CaptureStore
+from capture_core.pending import pending_calls
 from capture_core.testing import request_body
 from capture_core.testing.processes import ServiceProcess, run_capture_server
 from tests.e2e._raw_http import Canary, RawResponse, send_raw
@@ -262,7 +263,7 @@ def test_hostile_targets_never_leave_the_upstream_origin(boundary: tuple[Service
     )
     assert written == expected
     assert not list(capture_dir.glob("*.capture.incomplete"))
-    assert not list((capture_dir / ".pending").iterdir())
+    assert pending_calls(capture_dir) == []
 
 
 def test_the_upstream_gets_the_headers_the_client_sent_and_no_others(tmp_path: Path) -> None:
