@@ -15,6 +15,7 @@ as its traceback and a line that says so; 130 interrupted.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -102,10 +103,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         0
     """
     args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _run(args)
+    except BrokenPipeError:  # `ngcapture --help | head`: the reader left, nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _run(args: list[str]) -> int:
     name = "ngcapture" + (f" {args[0]}" if args and args[0] in COMMANDS else "")
     try:
         result: Any = cli.main(args, prog_name="ngcapture", standalone_mode=False)
     except click.UsageError as exc:
+        if not args and exc.ctx is not None:  # bare `ngcapture`: the help, not an error
+            print(exc.ctx.get_help())
+            return 0
         where = exc.ctx.command_path if exc.ctx is not None else name
         hint = f" (see `{where} --help`)" if exc.ctx is not None else ""
         return _fail(where, one_line(exc.format_message()) + hint, exc.exit_code)
@@ -116,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except CaptureError as exc:
         return _fail(name, one_line(str(exc)), EXIT_USAGE)
+    except BrokenPipeError:
+        raise
     except OSError as exc:  # the machine refused (permissions, disk full): not a bug
         return _fail(name, one_line(str(exc)), EXIT_USAGE)
     except Exception:
