@@ -116,6 +116,15 @@ earlier output and capture to a dated overwritten-<time>/ folder beside them (pr
     default=10.0,
     help="Wait this long for capture writes still in flight.",
 )
+@click.option(
+    "--token-id-capture-config",
+    "token_config",
+    type=click.Path(path_type=Path, dir_okay=False),
+    metavar="FILE",
+    help="Token-id capture: the JSON file with the token_id_capture block the server was "
+    "started with. Rollouts call the training-capture route; each one's response.output is "
+    "rebuilt with token ids (or marked mask_sample) and its token capture retired.",
+)
 def collect(
     *,
     input_path: Path | None,
@@ -124,6 +133,7 @@ def collect(
     capture_dirs: tuple[Path, ...],
     run_id: str | None,
     no_run_id: bool,
+    token_config: Path | None,
     **options: Any,
 ) -> int:
     """Run rollouts of a task file through a capture server; write one line per rollout with
@@ -131,6 +141,7 @@ def collect(
     from capture_core.collect import CollectConfig, collect
     from capture_core.collect.preflight import new_run_id
     from capture_core.server.settings import validate_upstream_url
+    from capture_core.tokens import load_token_capture_config
 
     try:
         validate_upstream_url(model_url)
@@ -147,12 +158,19 @@ def collect(
     output = writable_file(output, "--output")
     hint = ": the capture server creates it when started with it (ngcapture serve --capture-dir)"
     dirs = [existing_dir(path, "--capture-dir", hint=hint) for path in capture_dirs]
+    token_capture = None
+    if token_config is not None:
+        token_capture = load_token_capture_config(
+            token_config, model_call_capture_dir=dirs[0] if dirs else None
+        )
     if run_id is None and not no_run_id and not (options["resume"] and output.exists()):
         run_id = new_run_id()
     for noisy in ("httpx", "httpx2", "httpcore", "openai"):  # else an INFO line per call
         logging.getLogger(noisy).setLevel(logging.WARNING)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    config = CollectConfig(tasks, output, model_url, dirs, run_id=run_id, **options)
+    config = CollectConfig(
+        tasks, output, model_url, dirs, run_id=run_id, token_capture=token_capture, **options
+    )
     summary = collect(config)
     print(summary.format(), flush=True)
     # Failed rollouts are recorded (and retried by --resume); only a run where none worked fails.

@@ -195,6 +195,14 @@ GET /ngcapture/metrics counts calls, bytes and failures."""
     "Log one line per request (off: the per-minute summary only).",
 )
 @_setting("--summary-interval-s", "summary_interval_s", type=float)
+@_setting(
+    "--token-id-capture-config",
+    "token_id_capture_config",
+    "Token-id capture: a JSON file holding the token_id_capture block (needs --lineage-dir); "
+    "see docs/token-store.md",
+    type=click.Path(path_type=Path, dir_okay=False),
+    metavar="FILE",
+)
 def serve(
     *,
     host: str,

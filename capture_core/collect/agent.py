@@ -63,6 +63,7 @@ __all__ = [
 
 DEFAULT_MODEL: Final = "sim-model-1"
 ROLLOUT_PATH_PREFIX: Final = "ng-rollout"
+TRAINING_SEGMENT: Final = "training-token-capture"
 SOURCE: Final = "ngcapture.simple_agent"
 MAIN_INVOCATION: Final = "main"
 API_KEY: Final = "ngcapture"  # the capture server forwards it; a real upstream would need one
@@ -85,10 +86,12 @@ class Agent(Protocol):
         ...
 
 
-def rollout_base_url(model_url: str, rollout_id: str) -> str:
+def rollout_base_url(model_url: str, rollout_id: str, *, training: bool = False) -> str:
     """The base URL an OpenAI-compatible SDK uses so the rollout's calls are captured.
 
-    ``model_url`` is the capture server's root URL (a trailing slash is fine).
+    ``model_url`` is the capture server's root URL (a trailing slash is fine). ``training``
+    adds the training-capture segment: the server then asks the worker for token ids and
+    records them (token-id capture, docs/token-store.md).
 
     Raises:
         InvalidRolloutIdError: the id could not safely name a capture file.
@@ -96,8 +99,11 @@ def rollout_base_url(model_url: str, rollout_id: str) -> str:
     Example:
         >>> rollout_base_url("http://127.0.0.1:8000/", "3-2-a1")
         'http://127.0.0.1:8000/ng-rollout/3-2-a1/v1'
+        >>> rollout_base_url("http://127.0.0.1:8000", "3-2", training=True)
+        'http://127.0.0.1:8000/ng-rollout/3-2/training-token-capture/v1'
     """
-    return f"{model_url.rstrip('/')}/{ROLLOUT_PATH_PREFIX}/{validate_rollout_id(rollout_id)}/v1"
+    prefix = f"{model_url.rstrip('/')}/{ROLLOUT_PATH_PREFIX}/{validate_rollout_id(rollout_id)}"
+    return f"{prefix}/{TRAINING_SEGMENT}/v1" if training else f"{prefix}/v1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +148,8 @@ class SimpleAgent:
         headers: extra request headers, or a function of (row, rollout id) returning them.
         model_server: the capture server's model-server name (its ``model_ref``), used to
             name the calls in the observations.
+        token_capture: call the training-capture route, so the server records each call's
+            token ids (token-id capture).
 
     Example:
         >>> agent = SimpleAgent("http://127.0.0.1:8000", tools=True)
@@ -161,6 +169,7 @@ class SimpleAgent:
         timeout_s: float = 60.0,
         headers: HeadersFor | None = None,
         model_server: str = "policy_model",
+        token_capture: bool = False,
     ) -> None:
         if dialect not in ("responses", "chat"):
             raise CollectError(f"dialect must be 'responses' or 'chat', got {dialect!r}")
@@ -177,6 +186,7 @@ class SimpleAgent:
         self.timeout_s = timeout_s
         self.headers = headers
         self.model_server = model_server
+        self.token_capture = token_capture
 
     def run(self, row: Mapping[str, Any], rollout_id: str) -> dict[str, Any]:
         """One rollout: ``{"response", "output_text", "turns", "ng_agent_observations",
@@ -190,7 +200,7 @@ class SimpleAgent:
         request = task_request(row)
         headers = self.headers(row, rollout_id) if callable(self.headers) else self.headers
         client = openai.OpenAI(
-            base_url=rollout_base_url(self.model_url, rollout_id),
+            base_url=rollout_base_url(self.model_url, rollout_id, training=self.token_capture),
             api_key=API_KEY,
             max_retries=0,
             timeout=self.timeout_s,

@@ -10,6 +10,7 @@ under the next ``-a<n>`` id.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -55,9 +56,15 @@ from capture_core.collect.preflight import (
     utc_stamp,
     validate_run_id,
 )
+from capture_core.collect.token_delivery import (
+    open_token_delivery,
+    token_capture_on,
+    token_delivery_summary,
+)
 from capture_core.collect.trajectory import attach_evidence
 from capture_core.ids import ATTEMPT_INDEX_KEY
 from capture_core.records import ATTACHMENT_KEY
+from capture_core.tokens import TokenDelivery, TokenIdCaptureConfig
 
 __all__ = ["EXAMPLE_TASKS", "CollectConfig", "CollectSummary", "Grader", "collect"]
 
@@ -97,6 +104,11 @@ class CollectConfig:
         max_attempts: a row that failed this many times is not run again.
         max_turns: model calls per rollout, at most.
         timeout_s: the agent's request timeout.
+        token_capture: token-id capture (the ``token_id_capture`` block): the default agent
+            calls the training-capture route, and each successful rollout's
+            ``response.output`` is rebuilt with token ids (or masked), its snapshot dropped
+            once the line is durable; the run aborts past ``max_mask_fraction``
+            (:mod:`capture_core.collect.token_delivery`).
     """
 
     input: str | os.PathLike[str] | None
@@ -118,6 +130,7 @@ class CollectConfig:
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     max_turns: int = 4
     timeout_s: float = 60.0
+    token_capture: TokenIdCaptureConfig | None = None
 
 
 @dataclass
@@ -146,6 +159,8 @@ class CollectSummary:
     run_id: str | None = None
     archived: list[Path] = field(default_factory=list)
     elapsed_s: float = 0.0
+    token_capture: dict[str, Any] | None = None
+    """Token delivery: finalized, masked, retired, kept, masked_fraction, reasons."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready values (paths as strings)."""
@@ -178,6 +193,7 @@ class CollectSummary:
             f"gaps: {gaps}",
             f"bad input lines skipped: {len(self.bad_input_lines)}; earlier capture archived: "
             f"{self.cleared_files} file(s), {self.cleared_still_pending} write(s) still pending",
+            *_token_line(self.token_capture),
             f"run id: {self.run_id or 'none (bare <task>-<rollout> ids)'}",
             f"output: {self.output}",
             f"failures: {self.failures}",
@@ -220,21 +236,31 @@ def collect(
     if not source.is_file():
         raise CollectError("the input task file does not exist", path=source)
     dirs, plan, ids = _plan(config, source, summary)  # every check; nothing touched yet
+    delivery = open_token_delivery(config.token_capture)  # refuses before anything changes
     _make_room(config, summary, dirs, ids)
-    run = _Run(config, dirs, agent, grader)
+    run = _Run(config, dirs, agent, grader, delivery)
     with (
+        delivery if delivery is not None else contextlib.nullcontext(),
         _Appender(output) as successes,
         _Appender(summary.failures) as failures,
         _Progress(len(ids)) as progress,
         ThreadPoolExecutor(config.concurrency, thread_name_prefix="collect") as pool,
     ):
+        if delivery is not None:
+            delivery.prepare(ids)  # earlier token captures (and fences) of these ids go
         futures = [
             pool.submit(run.one, row, rid, successes, failures)
             for row, rid in zip(plan.dispatch, ids, strict=True)
         ]
-        for future in as_completed(futures):
-            progress.advance(ok=future.result())
+        try:
+            for future in as_completed(futures):
+                progress.advance(ok=future.result())
+        except BaseException:  # e.g. too many masked rollouts: dispatch nothing more
+            for future in futures:
+                future.cancel()
+            raise
     _totals(summary, run.records, run.failed)
+    summary.token_capture = token_delivery_summary(delivery)
     summary.elapsed_s = round(time.monotonic() - started, 3)
     return summary
 
@@ -357,16 +383,23 @@ def _run_id(config: CollectConfig, output: Path) -> str | None:
 def _default_agent(config: CollectConfig) -> Agent:
     return SimpleAgent(config.model_url, model=config.model, dialect=config.dialect,
                        tools=config.tools, max_turns=config.max_turns,
-                       timeout_s=config.timeout_s)  # fmt: skip
+                       timeout_s=config.timeout_s,
+                       token_capture=token_capture_on(config.token_capture))  # fmt: skip
 
 
 class _Run:
     """Runs single rollouts on pool threads; keeps what the summary needs."""
 
     def __init__(
-        self, config: CollectConfig, dirs: list[Path], agent: Agent, grader: Grader
+        self,
+        config: CollectConfig,
+        dirs: list[Path],
+        agent: Agent,
+        grader: Grader,
+        delivery: TokenDelivery | None = None,
     ) -> None:
         self.config, self.dirs, self.agent, self.grader = config, dirs, agent, grader
+        self.delivery = delivery
         self.records: list[dict[str, Any]] = []
         self.failed = 0
         self._lock = threading.Lock()
@@ -393,6 +426,8 @@ class _Run:
             )
         record = attach_evidence(record, row, result, attachment, window=(started, ended))
         ok = FAILURE_KEY not in record
+        delivery = self.delivery if ok else None  # failed rollouts are not training samples
+        build = delivery.finalize(record, rollout_id) if delivery is not None else None
         try:
             (successes if ok else failures).write(record)
         except TypeError as exc:  # the agent returned something JSON cannot hold
@@ -403,6 +438,9 @@ class _Run:
         with self._lock:
             self.records.append({**kept, FAILURE_KEY: True} if not ok else kept)
             self.failed += not ok
+        if ok and delivery is not None:
+            delivery.retire(rollout_id, build)  # the line is fsynced: drop exactly its snapshot
+            delivery.check_mask_fraction()  # MaskFractionExceededError aborts the run
         return ok
 
     def _failure(self, row: dict[str, Any], rollout_id: str, exc: BaseException) -> dict[str, Any]:
@@ -484,6 +522,17 @@ class _Progress:
         self._stream.write(f"\rcollect [{bar}] {done}/{self._total} ok {self._ok} "
                            f"failed {self._failed} {elapsed:.0f}s")  # fmt: skip
         self._stream.flush()
+
+
+def _token_line(token_capture: Mapping[str, Any] | None) -> list[str]:
+    if token_capture is None:
+        return []
+    reasons = ", ".join(f"{reason} {n}" for reason, n in token_capture["reasons"].items())
+    return [
+        f"token capture: {token_capture['finalized']} finalized, {token_capture['masked']} "
+        f"masked ({reasons or 'none'}), {token_capture['retired']} retired, "
+        f"{token_capture['kept']} kept"
+    ]
 
 
 def _totals(summary: CollectSummary, records: list[dict[str, Any]], failed: int) -> None:

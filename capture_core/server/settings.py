@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from capture_core.tokens.settings import TokenIdCaptureConfig, load_token_capture_config
 
 __all__ = ["CaptureSettings", "benchmark_capture_settings", "validate_upstream_url"]
 
@@ -119,6 +121,12 @@ class CaptureSettings(BaseSettings):
         min_length=1,
         description="NAME of the variable holding the control-plane bearer token (not the token)",
     )
+    token_id_capture_config: Path | None = Field(
+        default=None,
+        description="token-id capture: a JSON file with the token_id_capture block (see "
+        "docs/token-store.md); needs training capture (lineage_dir)",
+    )
+    _token_capture: TokenIdCaptureConfig | None = PrivateAttr(default=None)
 
     @field_validator(
         "upstream_url", "upstream_responses_url", "upstream_chat_url", "upstream_messages_url"
@@ -142,6 +150,27 @@ class CaptureSettings(BaseSettings):
                 f"{str(self.model_call_capture_dir)!r}"
             )
         return self
+
+    @model_validator(mode="after")
+    def _token_capture_block(self) -> CaptureSettings:
+        if self.token_id_capture_config is None:
+            return self
+        config = load_token_capture_config(
+            self.token_id_capture_config, model_call_capture_dir=self.capture_dir
+        )
+        if config.token_id_capture.enabled and self.lineage_dir is None:
+            raise ValueError(
+                "token_id_capture is enabled but training capture is off: token ids are asked "
+                "of the worker only on the training-capture route, so set lineage_dir "
+                "(--lineage-dir, NGCAPTURE_LINEAGE_DIR) too"
+            )
+        self._token_capture = config
+        return self
+
+    @property
+    def token_capture(self) -> TokenIdCaptureConfig | None:
+        """The token-capture config read from ``token_id_capture_config`` (``None``: none)."""
+        return self._token_capture
 
     @property
     def capture_dir(self) -> Path | None:

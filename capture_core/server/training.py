@@ -20,6 +20,16 @@ A serialization failure commits nothing: the ledger gets
 ``request_finished_without_staged_coordinates``; a Responses stream ends in
 ``response.created`` + ``response.failed``, any other answer is a 500 (an Anthropic ``error``
 object for Messages).
+
+With token-id capture on (:mod:`capture_core.server.token_capture`), the gate also records the
+call's complete :class:`~capture_core.tokens.TokenEntry` through the token sink: the call is
+announced before admission (a refusal, e.g. a retired rollout, fails the call with 409), the
+entry is built from the worker's token fields before they are stripped, and it is committed
+next to the ledger row, before the first byte. A call that yields no entry (no or bad token
+ids, a refused entry, a call served without admission, a POST on another endpoint under the
+training prefix answered 2xx) marks the rollout's token capture incomplete; none of this fails
+the call. The call's id is the one its model-call capture line carries, when eval capture is
+on (:data:`MODEL_CALL_ID_KEY`).
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final
 
 import anyio
@@ -42,7 +53,7 @@ from capture_core._fingerprint import (
     lineage_request_items,
 )
 from capture_core.dialects import dialect_for_path
-from capture_core.exceptions import RolloutRetiredError
+from capture_core.exceptions import RolloutRetiredError, TokenCaptureFrozenError
 from capture_core.lineage import LineageStore, ResolutionStatus
 from capture_core.server._asgi import read_body, send_whole
 from capture_core.server.buffered_sse import (
@@ -51,7 +62,9 @@ from capture_core.server.buffered_sse import (
     responses_events,
     responses_failure_events,
 )
+from capture_core.server.errors import send_error
 from capture_core.server.namespaced_tools import NamespaceMap, flatten_request, restore_output
+from capture_core.server.token_capture import ServerTokenCapture, WorkerTokens, read_worker_tokens
 from capture_core.server.token_fields import dict_items, strip_token_fields
 from capture_core.staging import (
     CAPTURE_ADMISSION_KEY,
@@ -64,16 +77,26 @@ from capture_core.staging import (
     LedgerFailureReason,
     ManifestFailure,
 )
+from capture_core.tokens import TokenCallCapture
 
-__all__ = ["MODEL_CALL_ID_HEADER", "TRAINING_ROUTE_KEY", "TrainingGate", "strip_token_fields"]
+__all__ = [
+    "MODEL_CALL_ID_HEADER",
+    "MODEL_CALL_ID_KEY",
+    "TRAINING_ROUTE_KEY",
+    "TrainingGate",
+    "strip_token_fields",
+]
 
 logger = logging.getLogger(__name__)
 
 TRAINING_ROUTE_KEY: Final = "ngcapture.training_rollout"
 """Scope key the middleware sets to the rollout id of a valid training-capture request."""
+MODEL_CALL_ID_KEY: Final = "ngcapture.model_call_id"
+"""Scope key the middleware sets to the id of the call it captures (its capture line's id)."""
 MODEL_CALL_ID_HEADER: Final = b"x-ng-model-call-id"
 _DIALECTS: Final = frozenset({"chat", "responses", "messages"})
 _DROPPED_REQUEST_HEADERS: Final = frozenset({b"content-length", b"accept-encoding"})
+_REFUSED_BY_FENCE: Final = (RolloutRetiredError, TokenCaptureFrozenError)
 
 Reason = LedgerFailureReason
 
@@ -91,6 +114,8 @@ class _Call:
     items: list[dict[str, Any]] = field(default_factory=list)
     namespaces: NamespaceMap = field(default_factory=dict)
     """Joined ``<ns>__<name>`` tool names the worker saw -> (namespace, short name)."""
+    tokens: TokenCallCapture | None = None
+    """The call's token-id capture (``None``: token-id capture is off)."""
 
     @property
     def client_stream(self) -> bool:
@@ -119,39 +144,104 @@ class TrainingGate:
     Args:
         ledger: the lineage store rows are committed to.
         upstream: the app that forwards a request to the worker (the :class:`UpstreamProxy`).
+        tokens: token-id capture (``None``: off).
     """
 
-    def __init__(self, ledger: LineageStore, upstream: ASGIApp) -> None:
+    def __init__(
+        self, ledger: LineageStore, upstream: ASGIApp, *, tokens: ServerTokenCapture | None = None
+    ) -> None:
         self.ledger = ledger
         self.upstream = upstream
+        self.tokens = tokens
 
     @staticmethod
     def handles(scope: Scope) -> bool:
-        """Whether ``scope`` is a training-capture request of a dialect this gate admits."""
+        """Whether ``scope`` is a training-capture POST (a dialect call this gate admits, or
+        another endpoint it forwards and, with token-id capture on, accounts for)."""
         if scope.get("type") != "http" or not scope.get(TRAINING_ROUTE_KEY):
             return False
-        dialect = dialect_for_path(scope["path"])
-        return dialect is not None and dialect.name in _DIALECTS and scope["method"] == "POST"
+        return scope["method"] == "POST"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         raw = await read_body(receive)
         if raw is None:
             return
+        rollout_id: str = scope[TRAINING_ROUTE_KEY]
+        model_call_id = scope.get(MODEL_CALL_ID_KEY) or uuid.uuid4().hex
         dialect = dialect_for_path(scope["path"])
+        if dialect is None or dialect.name not in _DIALECTS:
+            tokens = self._token_call(rollout_id, model_call_id, None)
+            uncaptured = _marking(send, tokens, f"{scope['path']} is not a captured endpoint")
+            await self.upstream(scope, _replay(raw, receive), uncaptured)
+            return
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
             body = None
-        if dialect is None or not isinstance(body, dict):
-            await self.upstream(scope, _replay(raw, receive), send)  # the worker judges it
+        if not isinstance(body, dict):
+            tokens = self._token_call(rollout_id, model_call_id, None)
+            judged = _marking(send, tokens, "the request body is not a JSON object")
+            await self.upstream(scope, _replay(raw, receive), judged)  # the worker judges it
             return
-        call = _Call(rollout_id=scope[TRAINING_ROUTE_KEY], dialect=dialect.name, body=body)
+        call = _Call(rollout_id=rollout_id, dialect=dialect.name, body=body,
+                     model_call_id=model_call_id)  # fmt: skip
         send = _with_call_id(send, call.model_call_id)
+        call.tokens = self._token_call(rollout_id, model_call_id, body.get("model"))
+        if call.tokens is not None and not await self._begin_tokens(call, scope, send):
+            return
         if not await self._admit(call):
-            await self.upstream(scope, _replay(raw, receive), send)
+            unadmitted = _marking(send, call.tokens, "the call was served without admission")
+            await self.upstream(scope, _replay(raw, receive), unadmitted)
             return
         answer = await self._ask_worker(scope, receive, call)
         await self._answer(call, answer, send)
+
+    # -- token-id capture --------------------------------------------------------------------
+
+    def _token_call(
+        self, rollout_id: str, model_call_id: str, model: object
+    ) -> TokenCallCapture | None:
+        if self.tokens is None:
+            return None
+        return self.tokens.call(rollout_id, model_call_id,
+                                model=model if isinstance(model, str) else "")  # fmt: skip
+
+    async def _begin_tokens(self, call: _Call, scope: Scope, send: Send) -> bool:
+        """Announce the call to the token sink; on a refusal answer with an error, False."""
+        assert call.tokens is not None
+        try:
+            await call.tokens.begin()
+        except Exception as exc:
+            fenced = isinstance(exc, _REFUSED_BY_FENCE)
+            logger.warning("token capture refused call %s of rollout %s: %s", call.model_call_id,
+                           call.rollout_id, exc)  # fmt: skip
+            message = f"token capture refused the call: {exc}"
+            if fenced:
+                message += " (delete the rollout's token capture before reusing its id)"
+            await send_error(send, scope["path"], 409 if fenced else 503, message)
+            return False
+        return True
+
+    async def _commit_tokens(
+        self, call: _Call, found: WorkerTokens | Exception | None, served: dict[str, Any]
+    ) -> None:
+        """Build the call's entry from the worker's token fields and the served answer, and
+        commit it; anything missing or refused marks the rollout (never raises)."""
+        capture, tokens = call.tokens, self.tokens
+        assert capture is not None
+        assert tokens is not None
+        if found is None:
+            await capture.missing("the worker's answer carries no token ids")
+            return
+        if isinstance(found, Exception):
+            await capture.missing(f"its token fields are unusable: {found}")
+            return
+        try:
+            entry = tokens.entry(capture, call.dialect, found, served)
+        except Exception as exc:
+            await capture.missing(f"its token entry is invalid: {exc}")
+            return
+        await capture.commit(entry)
 
     # -- admission -------------------------------------------------------------------------
 
@@ -231,12 +321,15 @@ class TrainingGate:
     async def _answer(self, call: _Call, upstream: _Upstream, send: Send) -> None:
         payload = _json_object(upstream)
         if payload is None:  # an error or a broken answer: no completion to commit
+            if call.tokens is not None:
+                await call.tokens.missing(f"the worker answered with status {upstream.status}")
             await anyio.to_thread.run_sync(
                 self._fail, call, Reason.REQUEST_FINISHED_WITHOUT_STAGED_COORDINATES
             )
             await _send(send, upstream.status or 502, _passed_headers(upstream), upstream.body)
             return
         coords = payload.pop(COMMIT_COORDS_KEY, None)
+        found = _worker_tokens(call, payload)  # before the fields are stripped
         strip_token_fields(payload, keep_logprobs=call.body.get("logprobs") is True)
         restore_output(payload, call.namespaces)  # before finalize: the row hashes the served form
         try:
@@ -244,12 +337,18 @@ class TrainingGate:
         except Exception as exc:
             logger.warning("serializing call %s of rollout %s failed: %s", call.model_call_id,
                            call.rollout_id, exc)  # fmt: skip
+            if call.tokens is not None:
+                await call.tokens.missing(f"its answer could not be serialized: {exc}")
             await anyio.to_thread.run_sync(
                 self._fail, call, Reason.REQUEST_FINISHED_WITHOUT_STAGED_COORDINATES
             )
             await _send_failure(call, str(exc), send)
             return
-        await anyio.to_thread.run_sync(self._finalize, call, payload, coords)
+        async with anyio.create_task_group() as group:  # the ledger row and the entry at once
+            group.start_soon(partial(anyio.to_thread.run_sync, self._finalize, call, payload,
+                                     coords))  # fmt: skip
+            if call.tokens is not None:
+                group.start_soon(self._commit_tokens, call, found, payload)
         await _send(send, 200, [(b"content-type", content_type)], b"".join(chunks))
 
     def _finalize(self, call: _Call, served: dict[str, Any], raw_coords: object) -> None:
@@ -313,6 +412,30 @@ class TrainingGate:
             )  # fmt: skip
         except (ValidationError, TypeError, ValueError):
             return Reason.INVALID_WORKER_COMMIT_COORDINATES
+
+
+def _worker_tokens(call: _Call, payload: dict[str, Any]) -> WorkerTokens | Exception | None:
+    """The worker answer's token fields (``None``: none; an exception: unusable ones)."""
+    if call.tokens is None:
+        return None
+    try:
+        return read_worker_tokens(call.dialect, payload)
+    except Exception as exc:
+        return exc
+
+
+def _marking(send: Send, tokens: TokenCallCapture | None, reason: str) -> Send:
+    """``send`` for a call whose tokens are not captured: a 2xx answer (tokens were likely
+    generated) marks the rollout incomplete before the client gets its headers."""
+    if tokens is None:
+        return send
+
+    async def marked(message: Message) -> None:
+        if message["type"] == "http.response.start" and 200 <= message["status"] < 300:
+            await tokens.missing(reason)
+        await send(message)
+
+    return marked
 
 
 def _response_items(dialect: str, served: dict[str, Any]) -> list[dict[str, Any]]:

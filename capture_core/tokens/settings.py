@@ -29,10 +29,12 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Self
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from capture_core.exceptions import TokenCaptureConfigError
@@ -48,6 +50,7 @@ __all__ = [
     "install_token_source",
     "installed_token_sink",
     "installed_token_source",
+    "load_token_capture_config",
     "make_token_store",
     "resolve_token_sink",
     "resolve_token_source",
@@ -169,6 +172,53 @@ class TokenIdCaptureConfig(BaseModel):
                 f"the token_id_capture directory must be an absolute path, got {str(directory)!r}"
             )
         return self
+
+
+def load_token_capture_config(
+    path: str | os.PathLike[str], *, model_call_capture_dir: str | os.PathLike[str] | None = None
+) -> TokenIdCaptureConfig:
+    """Read a run's token-capture config from a JSON file (``ngcapture serve`` and
+    ``ngcapture collect --token-id-capture-config``).
+
+    The file is a global config object: it must hold a ``token_id_capture`` block, may hold
+    ``model_call_capture_dir`` (the block's fallback directory) and may hold anything else (a
+    whole run config), which is ignored. ``model_call_capture_dir`` given here is the fallback
+    when the file has none (the server's capture directory, the collector's first one).
+
+    Raises:
+        TokenCaptureConfigError: the file cannot be read, is not a JSON object, has no
+            ``token_id_capture`` block, or the block is invalid (``.key`` names the setting,
+            e.g. ``token_id_capture.dirr`` for an unknown key).
+
+    Example:
+        >>> load_token_capture_config("run.json").settings.enabled  # doctest: +SKIP
+        True
+    """
+    where = Path(path)
+    try:
+        data = orjson.loads(where.read_bytes())
+    except OSError as exc:
+        raise TokenCaptureConfigError(
+            TOKEN_ID_CAPTURE_KEY, f"cannot read {where}: {exc.strerror or exc}"
+        ) from exc
+    except orjson.JSONDecodeError as exc:
+        raise TokenCaptureConfigError(
+            TOKEN_ID_CAPTURE_KEY, f"{where} is not valid JSON: {exc}"
+        ) from exc
+    if not isinstance(data, dict):
+        raise TokenCaptureConfigError(
+            TOKEN_ID_CAPTURE_KEY, f"{where} must hold a JSON object, not {type(data).__name__}"
+        )
+    if TOKEN_ID_CAPTURE_KEY not in data:
+        raise TokenCaptureConfigError(
+            TOKEN_ID_CAPTURE_KEY, f"{where} has no {TOKEN_ID_CAPTURE_KEY!r} block"
+        )
+    if data.get("model_call_capture_dir") is None and model_call_capture_dir is not None:
+        data["model_call_capture_dir"] = str(model_call_capture_dir)
+    try:
+        return TokenIdCaptureConfig.from_global_config(data)
+    except TokenCaptureConfigError as exc:
+        raise TokenCaptureConfigError(exc.key, f"{exc.reason} (in {where})") from exc
 
 
 def token_id_capture_dirs(config: TokenIdCaptureConfig) -> list[Path]:
