@@ -42,7 +42,7 @@ from capture_core.server.exchange import Exchange
 from capture_core.server.logs import RateLimitedLogger
 from capture_core.server.proxy import CLIENT_GONE_KEY, PREFIX_KEY, TRANSPORT_ERROR_KEY
 from capture_core.server.routing import route_path
-from capture_core.server.training import TRAINING_ROUTE_KEY
+from capture_core.server.training import MODEL_CALL_ID_KEY, TRAINING_ROUTE_KEY
 from capture_core.store import CaptureStore
 from capture_core.writers import CaptureWriter, out_of_descriptors
 
@@ -165,6 +165,8 @@ class _CapturedCall:
             model_ref=owner.model_ref,
             started_at=time.time(),
         )
+        # Issue 18 hook: the training gate gives the call's ledger row and token entry this id.
+        scope[MODEL_CALL_ID_KEY] = self.exchange.model_call_id
         self.detector: TerminalDetector | None = None
         self.decoder: BodyDecoder | None = None
         self.held: list[Message] = []
