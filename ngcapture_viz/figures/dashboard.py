@@ -28,6 +28,7 @@ from ngcapture_viz.figures.latency import latency_figure
 from ngcapture_viz.figures.over_time import calls_over_time_figure, error_figure
 from ngcapture_viz.figures.reward import REWARD_METRICS, reward_figure
 from ngcapture_viz.figures.style import run_colors
+from ngcapture_viz.figures.time_split import time_split, time_split_figure
 from ngcapture_viz.figures.tokens import token_figure
 from ngcapture_viz.run import CaptureRun, stack_runs
 from ngcapture_viz.stats import (
@@ -64,9 +65,11 @@ class Dashboard:
     """Figures and the tables they were drawn from.
 
     Attributes:
-        figures: ``tokens``, ``latency``, ``throughput``, ``over_time``, ``errors``, ``reward``.
+        figures: ``tokens``, ``latency``, ``throughput``, ``over_time``, ``errors``, ``reward``,
+            ``time`` (where the rollouts' wall time goes, from ``ng_perf``).
         tables: ``latency``, ``latency_distribution``, ``tokens``, ``throughput``, ``errors``,
-            ``token_histogram``, ``over_time`` (see ``ngcapture_viz.stats``).
+            ``token_histogram``, ``over_time`` (see ``ngcapture_viz.stats``), ``time_split``
+            (``ngcapture_viz.figures.time_split``).
     """
 
     figures: dict[str, go.Figure] = field(default_factory=dict)
@@ -109,6 +112,7 @@ def dashboard(
         "errors": error_rates(calls, ("run",)),
         "token_histogram": token_histogram(calls),
         "over_time": calls_over_time(calls, interval=interval),
+        "time_split": time_split(run.perf),
     }
     figures = {
         "tokens": token_figure(tables["token_histogram"], coverage(calls), runs),
@@ -119,5 +123,6 @@ def dashboard(
         "over_time": calls_over_time_figure(tables["over_time"], runs, interval=interval),
         "errors": error_figure(tables["errors"], runs),
         "reward": reward_figure(run.rollouts, runs, max_points=max_points),
+        "time": time_split_figure(tables["time_split"], runs),
     }
     return Dashboard(figures=figures, tables=tables)

@@ -185,3 +185,23 @@ def test_docs_list_every_column_with_its_dtype(schema: Any) -> None:
     section = text.split(f"### `{schema.name}`", 1)[1].split("###", 1)[0]
     for column in schema.columns:
         assert f"| `{column.name}` | {column.dtype} |" in section, column.name
+
+
+def test_where_the_time_goes(run: ngv.CaptureRun, tmp_path: Path) -> None:
+    from ngcapture_viz.figures.time_split import time_split, time_split_figure
+
+    table = time_split(run.perf)
+    assert table.select("run", "rollouts", "with_perf", "wall_time_ms", "model_time_ms",
+                        "tool_time_ms", "overhead_time_ms", "top_unavailable_reason").rows() == [
+        ("a", 2, 1, 1200.0, 500.0, 250.0, 450.0, "capture:model_call_capture_incomplete")]  # fmt: skip
+    fig = time_split_figure(table, ["a", "b"])
+    shares = {t.name: list(t.x) for t in fig.data}
+    assert shares == {"model calls in flight": [pytest.approx(500 / 1200), None],
+                      "tools only": [pytest.approx(250 / 1200), None],
+                      "neither (harness overhead)": [pytest.approx(450 / 1200), None]}  # fmt: skip
+    assert list(fig.data[0].y) == ["a (1/2 rollouts)", "b (no agent evidence)"]
+    board = ngv.dashboard(run)
+    assert board.figures["time"].data[0].x[0] == pytest.approx(500 / 1200)
+    bare = ngv.open_run(rollouts=write(tmp_path / "bare.jsonl", record("0-0")), label="bare")
+    empty = time_split(bare.perf)
+    assert empty.height == 0 and time_split_figure(empty, ["bare"]).layout.annotations

@@ -101,7 +101,7 @@ def test_dashboard_gap_report_and_diff_render_as_html_with_their_figures(
     a, b = (runs.runs[label] for label in runs.labels)
     board = ngv.dashboard(runs)
     html = board._repr_html_()
-    assert html.count('class="ngc-figure"') == len(board.figures) == 6
+    assert html.count('class="ngc-figure"') == len(board.figures) == 7
     report = ngv.gap_report(runs)
     html = report._repr_html_()
     meaning = ngv.gap_meaning("capture_line_damaged")
