@@ -89,7 +89,6 @@ class Exchange:
     terminal: TerminalKind | None = None
     transport_error: str | None = None
     client_disconnected: bool = False
-    request_refused: bool = False
     completed_at: float | None = None
     latency_ms: float | None = None
     ttft_ms: float | None = None
@@ -113,7 +112,7 @@ class Exchange:
         ``objects=False`` keeps both bodies as raw text only: the fallback for bodies that
         parse but cannot be encoded again (JSON nested deeper than the encoder allows).
         """
-        request_body = b"" if self.request_refused else b"".join(self.request_chunks)
+        request_body = b"".join(self.request_chunks)
         response_body = self._response_body()
         request, request_object = _embedded(request_body, objects)
         response: Any = None

@@ -210,15 +210,12 @@ class _CapturedCall:
             self._finish()
             self.owner.detach(self._start_write(asyncio.CancelledError()))
             raise
-        except RequestRefusedError as exc:  # a chunked body over the size limit
-            exchange.request_refused = True
-            if not self.started:
-                await send_error(copy_response, self.scope["path"], exc.status, exc.reason,
-                                 extra_headers=[(b"connection", b"close")])  # fmt: skip
-            await self._complete(None, send)
-            if self.started and not self.done:
-                raise
-            return
+        except RequestRefusedError:
+            # A chunked body over the size limit: refused like any request the server answers
+            # itself (by the app around us), so not recorded as a dialect call.
+            self._unmark()
+            self.owner.counters.add("writes_outstanding", -1)
+            raise
         except Exception as exc:
             if self.started:
                 await self._complete(exc, send)
