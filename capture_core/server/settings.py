@@ -105,7 +105,10 @@ class CaptureSettings(BaseSettings):
         "connection, before it is closed",
     )
     max_client_connections: int = Field(
-        default=1024, ge=1, description="client connections served at once; more get a 503"
+        default=1024,
+        ge=2,
+        description="client connections open at once, the new one included; a request that "
+        "arrives at the cap gets a 503",
     )
     access_log: bool = Field(default=False, description="log one line per request")
     summary_interval_s: float = Field(
