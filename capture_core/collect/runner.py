@@ -62,6 +62,7 @@ from capture_core.collect.token_delivery import (
     token_delivery_summary,
 )
 from capture_core.collect.trajectory import attach_evidence
+from capture_core.exceptions import MaskFractionExceededError
 from capture_core.ids import ATTEMPT_INDEX_KEY
 from capture_core.records import ATTACHMENT_KEY
 from capture_core.tokens import TokenDelivery, TokenIdCaptureConfig
@@ -220,6 +221,9 @@ def collect(
         CollectError: the configuration is unusable, the server is unreachable or captures
             elsewhere, earlier data would be replaced, or two rows would share a rollout id.
         CaptureStoreError: an earlier capture or output could not be moved aside.
+        MaskFractionExceededError: with token-id capture, more than ``max_mask_fraction`` of
+            the finalized rollouts were masked; nothing more is dispatched (rollouts already
+            running finish and are written).
 
     Example:
         >>> summary = collect(CollectConfig(None, "out/rollouts.jsonl", "http://127.0.0.1:8000",
@@ -400,6 +404,7 @@ class _Run:
     ) -> None:
         self.config, self.dirs, self.agent, self.grader = config, dirs, agent, grader
         self.delivery = delivery
+        self.aborted = threading.Event()  # set when the run is aborted: dispatch nothing more
         self.records: list[dict[str, Any]] = []
         self.failed = 0
         self._lock = threading.Lock()
@@ -408,6 +413,8 @@ class _Run:
         self, row: dict[str, Any], rollout_id: str, successes: _Appender, failures: _Appender
     ) -> bool:
         """Run, grade, attach, write. Returns whether the rollout succeeded."""
+        if self.aborted.is_set():
+            return False
         result: dict[str, Any] = {}
         started, ended = time.time(), None  # the rollout's window, for ng_perf
         try:
@@ -440,7 +447,11 @@ class _Run:
             self.failed += not ok
         if ok and delivery is not None:
             delivery.retire(rollout_id, build)  # the line is fsynced: drop exactly its snapshot
-            delivery.check_mask_fraction()  # MaskFractionExceededError aborts the run
+            try:
+                delivery.check_mask_fraction()
+            except MaskFractionExceededError:  # too many masked rollouts: abort the run
+                self.aborted.set()
+                raise
         return ok
 
     def _failure(self, row: dict[str, Any], rollout_id: str, exc: BaseException) -> dict[str, Any]:
