@@ -44,6 +44,7 @@ from ngcapture_viz.diff.bootstrap import (
     holm,
 )
 from ngcapture_viz.diff.gate import assert_no_regression
+from ngcapture_viz.diff.metrics import PERF_PARTS
 from ngcapture_viz.diff.pairing import pair_key, rollout_keys, unmatched, with_units
 from ngcapture_viz.diff.render import diff_figure, format_diff
 
@@ -241,8 +242,8 @@ def diff(
     tasks_a = sorted(set(kept_a["task"]))
     tasks_b = tasks_a if paired else sorted(set(kept_b["task"]))
     estimates = estimate(
-        _sample(first.calls, kept_a, tasks_a),
-        _sample(second.calls, kept_b, tasks_b),
+        _sample(first.calls, kept_a, tasks_a, first.perf),
+        _sample(second.calls, kept_b, tasks_b, second.perf),
         chosen,
         paired=paired,
         n_boot=n_boot,
@@ -304,12 +305,16 @@ def _chosen(metrics: Sequence[str] | None) -> list[Metric]:
     return [m for m in METRICS if m.name in metrics]
 
 
-def _sample(calls: pl.DataFrame, kept: pl.DataFrame, tasks: list[str]) -> Sample:
+def _sample(
+    calls: pl.DataFrame, kept: pl.DataFrame, tasks: list[str], perf: pl.DataFrame
+) -> Sample:
     numbers = pl.DataFrame(
         {"task": tasks, CLUSTER: range(len(tasks))},
         schema={"task": pl.String(), CLUSTER: pl.UInt32()},
     )
     rollouts = kept.join(numbers, on="task").select("rollout_id", CLUSTER, "num_gaps")
+    parts = perf.select("rollout_id", *PERF_PARTS).unique("rollout_id", keep="last")
+    rollouts = rollouts.join(parts, on="rollout_id", how="left", maintain_order="left")
     mine = calls.join(rollouts.select("rollout_id"), on="rollout_id", how="semi")
     return Sample(rollouts, mine, len(tasks))
 

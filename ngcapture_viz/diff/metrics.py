@@ -1,13 +1,14 @@
 """The capture metrics a checkpoint diff estimates, and the per-rollout parts they rest on.
 
 Each :class:`Metric` is either a ratio of sums, ``Σ num / Σ den`` over rollouts, whose ``num``
-and ``den`` are expressions over the per-rollout aggregates :data:`ROLLOUT_PARTS` (means per
-call or per rollout, rates), or a linear-interpolated quantile of one calls column. Nulls are
-unknown values: a call that did not report a metric is left out of it, never counted as 0.
+and ``den`` are expressions over the per-rollout aggregates :data:`ROLLOUT_PARTS` and the
+``ng_perf`` parts :data:`PERF_PARTS` (means per call or per rollout, rates, time shares), or a
+linear-interpolated quantile of one calls column. Nulls are unknown values: a call that did
+not report a metric (a rollout without ``ng_perf``) is left out of it, never counted as 0.
 :data:`METRICS` lists them all in report order; :mod:`ngcapture_viz.diff.bootstrap` estimates them.
 
 Example:
-    >>> [m.name for m in METRICS if m.unit == "share"]
+    >>> [m.name for m in METRICS if m.unit == "share"][:3]
     ['error_rate', 'truncation_rate', 'gap_rate']
 """
 
@@ -20,7 +21,7 @@ import polars as pl
 
 from ngcapture_viz.frames.calls import is_truncated
 
-__all__ = ["METRICS", "ROLLOUT_PARTS", "Metric"]
+__all__ = ["METRICS", "PERF_PARTS", "ROLLOUT_PARTS", "Metric"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,17 @@ ROLLOUT_PARTS: Final = [
     pl.col("num_tool_calls").sum().cast(pl.Float64).alias("tools_sum"),
     pl.col("num_tool_calls").count().cast(pl.Int64).alias("tools_n"),
 ]
+
+#: The ``perf`` frame columns joined to each rollout for the ``ng_perf`` metrics.
+PERF_PARTS: Final = ("wall_time_ms", "model_time_ms", "tool_time_ms", "overhead_time_ms")
+_HAS_PERF: Final = pl.col("wall_time_ms").is_not_null() & (pl.col("wall_time_ms") > 0)
+
+
+def _perf_share(column: str, name: str, meaning: str) -> Metric:
+    """The mean over rollouts with ``ng_perf`` of ``column / wall_time_ms``."""
+    share = pl.when(_HAS_PERF).then(_col(column) / _col("wall_time_ms")).otherwise(0)
+    return Metric(name, "rollout", "share", meaning, share, _HAS_PERF.cast(pl.Int64))
+
 
 #: Every metric a diff reports, in report order.
 METRICS: Final[tuple[Metric, ...]] = (
@@ -184,5 +196,28 @@ METRICS: Final[tuple[Metric, ...]] = (
         "Share of rollouts with at least one gap.",
         (_col("num_gaps") > 0).cast(pl.Int64),
         _col("num_gaps").is_not_null().cast(pl.Int64),
+    ),
+    Metric(
+        "rollout_wall_time_ms",
+        "rollout",
+        "ms",
+        "Mean rollout wall time (ng_perf: the collector's clock), rollouts with ng_perf.",
+        pl.when(_HAS_PERF).then(_col("wall_time_ms")).otherwise(0),
+        _HAS_PERF.cast(pl.Int64),
+    ),
+    _perf_share(
+        "model_time_ms",
+        "model_time_share",
+        "Mean share of a rollout's wall time with a model call in flight (ng_perf).",
+    ),
+    _perf_share(
+        "tool_time_ms",
+        "tool_time_share",
+        "Mean share of a rollout's wall time with only a tool executing (ng_perf).",
+    ),
+    _perf_share(
+        "overhead_time_ms",
+        "overhead_share",
+        "Mean share of a rollout's wall time with neither: harness overhead (ng_perf).",
     ),
 )

@@ -205,3 +205,32 @@ def test_where_the_time_goes(run: ngv.CaptureRun, tmp_path: Path) -> None:
     bare = ngv.open_run(rollouts=write(tmp_path / "bare.jsonl", record("0-0")), label="bare")
     empty = time_split(bare.perf)
     assert empty.height == 0 and time_split_figure(empty, ["bare"]).layout.annotations
+
+
+def perf_record(rollout_id: str, wall: float | None, model: float, tool: float) -> dict[str, Any]:
+    if wall is None:  # no ng_perf: the reason only
+        gap = {"code": "perf_unavailable", "invocation_id": None, "detail": "x"}
+        return record(rollout_id, ng_trajectory={"gaps": [gap]})
+    perf = {"started_at": T, "completed_at": T + wall / 1000, "wall_time_ms": wall,
+            "model_time_ms": model, "tool_time_ms": tool, "overhead_time_ms": wall - model - tool}  # fmt: skip
+    return record(rollout_id, ng_perf=perf)
+
+
+def test_diff_compares_the_perf_figures(tmp_path: Path) -> None:
+    a = write(tmp_path / "a.jsonl", *(perf_record(f"{t}-0", 1000.0, 600.0, 100.0) for t in range(4)),
+              perf_record("4-0", None, 0, 0))  # fmt: skip
+    b = write(tmp_path / "b.jsonl", *(perf_record(f"{t}-0", 2000.0, 500.0, 500.0 * (t % 2))
+                                      for t in range(5)))  # fmt: skip
+    runs = ngv.open_runs({"a": (None, a), "b": (None, b)})
+    names = ["rollout_wall_time_ms", "model_time_share", "tool_time_share", "overhead_share"]
+    change = ngv.diff(runs, metrics=names, n_boot=50, seed=1)
+    rows = {r["metric"]: r for r in change.frame.iter_rows(named=True)}
+    assert rows["rollout_wall_time_ms"]["value_a"] == pytest.approx(1000.0)
+    assert rows["rollout_wall_time_ms"]["value_b"] == pytest.approx(2000.0)
+    assert (rows["rollout_wall_time_ms"]["n_a"], rows["rollout_wall_time_ms"]["coverage_a"]) == (
+        4, pytest.approx(4 / 5))  # the rollout without ng_perf is left out, not counted as 0  # fmt: skip
+    assert rows["model_time_share"]["value_a"] == pytest.approx(0.6)
+    assert rows["model_time_share"]["value_b"] == pytest.approx(0.25)
+    assert rows["tool_time_share"]["value_b"] == pytest.approx(0.1)  # (0 + 0.25 + 0 + 0.25 + 0) / 5
+    assert rows["overhead_share"]["value_a"] == pytest.approx(0.3)
+    assert rows["model_time_share"]["unit"] == "share"
