@@ -160,7 +160,7 @@ class TrainingGate:
         another endpoint it forwards and, with token-id capture on, accounts for)."""
         if scope.get("type") != "http" or not scope.get(TRAINING_ROUTE_KEY):
             return False
-        return scope["method"] == "POST"
+        return bool(scope["method"] == "POST")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         raw = await read_body(receive)

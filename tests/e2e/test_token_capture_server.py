@@ -140,19 +140,19 @@ def call(server: ServiceProcess, rollout_id: str, dialect: str, *, stream: bool)
 
         with anthropic.Anthropic(base_url=training_url(server, rollout_id), api_key="x",
                                  max_retries=0, timeout=TIMEOUT_S,
-                                 http_client=httpx2.Client(transport=Recorder2())) as client:  # fmt: skip
+                                 http_client=httpx2.Client(transport=Recorder2())) as claude:  # fmt: skip
             kwargs: dict[str, Any] = {"model": "sim-model-1", "max_tokens": 256,
                                       "messages": [{"role": "user", "content": QUESTION}]}  # fmt: skip
             if stream:
-                with client.messages.stream(**kwargs) as events:
-                    message = events.get_final_message()
+                with claude.messages.stream(**kwargs) as stream_events:
+                    message = stream_events.get_final_message()
             else:
-                message = client.messages.create(**kwargs)
+                message = claude.messages.create(**kwargs)
             assert any(block.type == "text" and block.text for block in message.content)
         return recorder
     with openai.OpenAI(base_url=training_url(server, rollout_id) + "/v1", api_key="x",
                        max_retries=0, timeout=TIMEOUT_S,
-                       http_client=httpx.Client(transport=recorder)) as client:  # fmt: skip
+                       http_client=httpx.Client(transport=recorder)) as client:  # type: ignore[arg-type]  # fmt: skip
         if dialect == "chat":
             messages: Any = [{"role": "user", "content": QUESTION}]
             if stream:
