@@ -1,8 +1,15 @@
-"""Regenerate the PNG screenshots in ``docs/img/`` from the real figures of the demo output.
+"""Regenerate the PNG screenshots in ``docs/img/`` from the demo output, at 1400 and 800 px.
 
-Each figure is written as a standalone HTML page (plotly.js inlined) and photographed by
-headless Debian Chromium through playwright (no network, no playwright browser download);
-the report screenshot is the top of the real HTML report of both demo checkpoints.
+* every figure of the dashboard, a timeline, the gap report and the diff, drawn by the same
+  HTML the notebooks show (``ngcapture_viz.display``), at 1400 px (``<name>.png``) and 800 px
+  (``<name>-800.png``) wide;
+* the dashboard grid (``dashboard.png``: two columns at 1400 px, one at 800 px);
+* the top of the HTML report (``report.png``, ``report-800.png``);
+* each notebook, run in a real JupyterLab (``notebook-01.png``...; ``-800`` at 800 px).
+
+Everything runs in headless Debian Chromium through playwright, with every request outside
+127.0.0.1 and ``file://`` refused (no playwright browser download). Look at the images after
+regenerating them: no text may overlap or be cut at either width.
 
 Run: ``.venv/bin/python docs/make_screenshots.py`` (needs ``/usr/bin/chromium``: ``make
 chromium``; generates the demo output with ``capture_core.demo`` when it is missing).
@@ -14,16 +21,30 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import plotly.graph_objects as go
-import plotly.io as pio
 import polars as pl
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.ngcapture_viz.jupyterlab import (  # noqa: E402
+    chromium,
+    open_notebook,
+    run_all,
+    running_lab,
+)
+
 DEMO = REPO / "results" / "demo"
 IMG = REPO / "docs" / "img"
-CHROMIUM = "/usr/bin/chromium"
 CHECKPOINTS = ("ckpt-100", "ckpt-200")
+WIDTHS = (1400, 800)
+NOTEBOOKS = {
+    "notebook-01": "01_explore_run.ipynb",
+    "notebook-02": "02_compare_checkpoints.ipynb",
+    "notebook-03": "03_export_to_wandb.ipynb",
+}
 
 
 def _demo() -> Path:
@@ -32,70 +53,130 @@ def _demo() -> Path:
     return DEMO
 
 
-def figures() -> tuple[dict[str, go.Figure], Path]:
-    """The figures to photograph, by image name, and the demo report of both checkpoints."""
-    from ngcapture_viz import open_runs
-    from ngcapture_viz.diff import diff
-    from ngcapture_viz.figures.dashboard import dashboard
-    from ngcapture_viz.figures.gap_report import gap_report
-    from ngcapture_viz.figures.timeline import timeline
-    from ngcapture_viz.report import write_report
+def pages() -> tuple[dict[str, go.Figure], str, Path]:
+    """The figures by image name, the dashboard grid's HTML and the demo report."""
+    import ngcapture_viz as ngv
+    from ngcapture_viz.display.cards import dashboard_html
 
     demo = _demo()
-    runs = open_runs(
+    runs = ngv.open_runs(
         {n: (demo / n / "model-calls", demo / n / "rollouts.jsonl") for n in CHECKPOINTS}
     )
     new = runs.runs["ckpt-200"]
-    board = dashboard(runs)
+    board = ngv.dashboard(runs)
     slowest = new.rollouts.sort("wall_ms", descending=True, nulls_last=True)
     busiest = slowest.sort("num_calls", descending=True, maintain_order=True)["rollout_id"][0]
-    change = diff(runs.runs["ckpt-100"], new)
-    shots = {
-        "dashboard-latency": board.figures["latency"],
-        "dashboard-tokens": board.figures["tokens"],
-        "dashboard-over-time": board.figures["over_time"],
-        "dashboard-errors": board.figures["errors"],
-        "timeline": timeline(new, str(busiest)),
-        "gap-report": gap_report(runs).figure(),
+    change = ngv.diff(runs.runs["ckpt-100"], new)
+    shots = {f"dashboard-{name.replace('_', '-')}": fig for name, fig in board.figures.items()}
+    shots |= {
+        "timeline": ngv.timeline(new, str(busiest)),
+        "gap-report": ngv.gap_report(runs).figure(),
         "diff-forest": change.figure(),
     }
     failing = new.rollouts.filter(pl.col("num_errors") > 0)["rollout_id"]
     if failing.len():
-        shots["timeline-failing"] = timeline(new, str(failing[0]))
-    report = write_report(runs, Path(tempfile.mkdtemp()) / "report.html", diff=change)
-    return shots, report
+        shots["timeline-failing"] = ngv.timeline(new, str(failing[0]))
+    report = ngv.write_report(runs, Path(tempfile.mkdtemp()) / "report.html", diff=change)
+    return shots, dashboard_html(board, plotlyjs=True), report
+
+
+def _name(base: str, width: int) -> Path:
+    return IMG / (f"{base}.png" if width == WIDTHS[0] else f"{base}-{width}.png")
+
+
+def _figure_page(fig: go.Figure, folder: Path, name: str) -> Path:
+    from ngcapture_viz.display.figure import figure_div
+
+    page = folder / f"{name}.html"
+    page.write_text(
+        '<!DOCTYPE html><html><head><meta charset="utf-8"></head>'
+        '<body style="margin:0;font-family:sans-serif">'
+        + figure_div(fig, plotlyjs=True)
+        + "</body></html>",
+        encoding="utf-8",
+    )
+    return page
+
+
+def _drawn(page: Any, selector: str, count: int) -> None:
+    page.wait_for_function(
+        f"() => [...document.querySelectorAll('{selector}')].filter(d => d._fullLayout)"
+        f".length >= {count}",
+        timeout=60_000,
+    )
+
+
+def photograph_figures(browser: Any, folder: Path) -> None:
+    shots, grid, report = pages()
+    page = browser.page()
+    for name, fig in shots.items():
+        uri = _figure_page(fig, folder, name).as_uri()
+        for width in WIDTHS:
+            page.set_viewport_size({"width": width, "height": 700})
+            page.goto(uri)
+            _drawn(page, ".ngc-figure", 1)
+            page.locator(".ngc-figure").screenshot(path=str(_name(name, width)))
+            print(_name(name, width))
+    dashboard = folder / "dashboard.html"
+    dashboard.write_text(
+        '<!DOCTYPE html><html><head><meta charset="utf-8"></head>'
+        f'<body style="margin:0">{grid}</body></html>',
+        encoding="utf-8",
+    )
+    for width in WIDTHS:
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(dashboard.as_uri())
+        _drawn(page, ".ngc-figure", 6)
+        page.screenshot(path=str(_name("dashboard", width)), full_page=True)
+        print(_name("dashboard", width))
+        page.goto(report.as_uri())
+        page.wait_for_selector(".plotly-graph-div svg.main-svg")
+        page.screenshot(path=str(_name("report", width)))
+        print(_name("report", width))
+    page.close()
+
+
+def photograph_notebooks(browser: Any, lab: Any) -> None:
+    for base, notebook in NOTEBOOKS.items():
+        page = browser.page()
+        open_notebook(page, lab, notebook)
+        page.evaluate(
+            "async () => { const app = window.jupyterapp;"
+            " await app.commands.execute('application:set-mode', {mode: 'single-document'});"
+            " if (!app.shell.leftCollapsed) { app.shell.collapseLeft(); }"
+            " if (!app.shell.rightCollapsed) { app.shell.collapseRight(); } }"
+        )
+        run_all(page)
+        page.wait_for_timeout(2000)
+        for width in WIDTHS:
+            page.set_viewport_size({"width": width, "height": 1000})
+            page.wait_for_timeout(1500)  # figures follow the new width
+            height = page.evaluate(
+                "() => document.querySelector('.jp-WindowedPanel-inner').scrollHeight"
+            )
+            page.set_viewport_size({"width": width, "height": min(int(height) + 160, 16_000)})
+            page.wait_for_timeout(1500)
+            page.evaluate(
+                "() => { for (const el of document.querySelectorAll('.jp-WindowedPanel-outer'))"
+                " { el.scrollTop = 0; } }"
+            )
+            page.wait_for_timeout(500)
+            page.screenshot(path=str(_name(base, width)))
+            print(_name(base, width))
+        page.close()
 
 
 def main() -> int:
-    from playwright.sync_api import sync_playwright
-
     IMG.mkdir(parents=True, exist_ok=True)
-    shots, report = figures()
-    with tempfile.TemporaryDirectory() as tmp, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1100, "height": 700})
-            page.route(
-                "**/*", lambda r: r.continue_() if r.request.url.startswith("file:") else r.abort()
-            )
-            for name, fig in shots.items():
-                html = Path(tmp) / f"{name}.html"
-                pio.write_html(
-                    fig, html, include_plotlyjs=True, full_html=True,
-                    config={"displayModeBar": False},
-                    default_width="1060px", default_height="520px",
-                )  # fmt: skip
-                page.goto(html.as_uri())
-                page.wait_for_selector(".plotly-graph-div svg.main-svg")
-                page.locator(".plotly-graph-div").screenshot(path=str(IMG / f"{name}.png"))
-                print(IMG / f"{name}.png")
-            page.set_viewport_size({"width": 1400, "height": 1000})
-            page.goto(report.as_uri())
-            page.wait_for_selector(".plotly-graph-div svg.main-svg")
-            page.screenshot(path=str(IMG / "report.png"))
-            print(IMG / "report.png")
-        finally:
-            browser.close()
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        running_lab(Path(tmp) / "lab") as lab,
+        chromium(offline_except=lab.url) as browser,
+    ):
+        photograph_figures(browser, Path(tmp))
+        photograph_notebooks(browser, lab)
+        if browser.problems:  # plotly may complain while a resized page lays out again
+            print("browser messages:", *browser.problems, sep="\n  ")
     return 0
 
 

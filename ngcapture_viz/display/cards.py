@@ -48,13 +48,13 @@ CSS: Final = """
 .ngc h4 { font-size: 13px; margin: 12px 0 4px; }
 .ngc p.note { opacity: .75; margin: 2px 0 8px; }
 .ngc dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 14px; margin: 4px 0; }
-.ngc dt { font-weight: 600; } .ngc dd { margin: 0; overflow-wrap: anywhere; }
+.ngc dt { font-weight: 600; white-space: nowrap; } .ngc dd { margin: 0; overflow-wrap: anywhere; }
 .ngc .table-wrap { overflow-x: auto; max-height: 420px; overflow-y: auto; margin: 4px 0 10px; }
 .ngc table { border-collapse: collapse; font-size: 12.5px; }
-.ngc th, .ngc td { border: 1px solid rgba(128,128,128,.35); padding: 2px 8px; text-align: left;
-  vertical-align: top; }
+.ngc th, .ngc td { border: 1px solid rgba(128,128,128,.35); padding: 2px 8px;
+  text-align: left !important; vertical-align: top; }
 .ngc td.wrap { white-space: normal; min-width: 18em; max-width: 48em; }
-.ngc td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.ngc td.num { text-align: right !important; font-variant-numeric: tabular-nums; }
 .ngc td.unknown { opacity: .6; }
 .ngc .grid { display: grid; gap: 10px;
   grid-template-columns: repeat(auto-fill, minmax(min(100%, 560px), 1fr)); }

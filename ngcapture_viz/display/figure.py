@@ -56,8 +56,11 @@ class Figure(go.Figure):  # type: ignore[misc]  # plotly is untyped
 def figure_bundle(fig: go.Figure, *, plotlyjs: bool) -> dict[str, Any]:
     """The mime bundle of ``fig``: plotly's JSON, the HTML fallback and a line of text."""
     spec = _spec(fig)
+    # plotly's renderer sizes its output from layout.height; "responsive" would make it
+    # follow a container with no height of its own and collapse the figure.
+    json_spec = {**spec, "config": {"displaylogo": False}}
     return {
-        PLOTLY_MIME: spec,
+        PLOTLY_MIME: json_spec,
         "text/html": figure_div(fig, plotlyjs=plotlyjs, spec=spec),
         "text/plain": figure_text(fig),
     }

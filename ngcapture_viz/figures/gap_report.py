@@ -123,12 +123,16 @@ class GapReport:
         Example:
             >>> gap_report(run).figure()  # doctest: +SKIP
         """
+        n_codes = max(self.by_code["code"].n_unique(), 1)
+        n_metrics = max(self.summary["metric"].n_unique(), 1)
+        # Stacked, not side by side: the coverage labels are long and need the full width.
         fig = make_subplots(
             figure=Figure(),
-            rows=1,
-            cols=2,
-            subplot_titles=("Gaps by code", "Coverage (share of the total, count/total)"),
-            horizontal_spacing=0.28,
+            rows=2,
+            cols=1,
+            subplot_titles=("Gaps by code", "Coverage (share of the total; count/total)"),
+            row_heights=[n_codes + 1, n_metrics],
+            vertical_spacing=0.12,
         )
         runs = self.summary["run"].cast(pl.String).unique(maintain_order=True).to_list()
         colors = run_colors(runs)
@@ -169,12 +173,12 @@ class GapReport:
                     name=run,
                     legendgroup=run,
                     marker_color=color,
-                    showlegend=False,
+                    showlegend=self.by_code.height == 0,  # else the gap bars name the runs
                     hovertemplate="%{y}: %{text}<extra>%{fullData.name}</extra>",
                     meta={"kind": "coverage", "run": run},
                 ),
-                row=1,
-                col=2,
+                row=2,
+                col=1,
             )
         if self.by_code.height == 0:
             fig.add_annotation(
@@ -184,18 +188,21 @@ class GapReport:
                 x=0.5,
                 y=0.5,
                 showarrow=False,
+                name="no-gaps",
             )
-        rows = max(self.by_code["code"].n_unique(), self.summary["metric"].n_unique(), 1)
+            fig.update_xaxes(visible=False, row=1, col=1)
+            fig.update_yaxes(visible=False, row=1, col=1)
+        per_row = 18 * max(1, len(runs))
         fig.update_layout(
             title={"text": "Gap report", "subtitle": {"text": _subtitle(self)}},
             barmode="group",
-            height=min(1200, 220 + 24 * rows * max(1, len(runs))),
+            height=min(1600, 260 + per_row * (n_codes + 1 + n_metrics)),
             legend={"title": {"text": "run"}},
             margin={"t": 100},
         )
-        fig.update_yaxes(autorange="reversed")
+        fig.update_yaxes(autorange="reversed", automargin=True)
         fig.update_xaxes(title_text="gaps", row=1, col=1)
-        fig.update_xaxes(title_text="% of the total", range=[0, 105], row=1, col=2)
+        fig.update_xaxes(title_text="% of the total", range=[0, 105], row=2, col=1)
         return fig
 
 

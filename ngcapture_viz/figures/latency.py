@@ -37,7 +37,7 @@ __all__ = ["LOG_FROM", "latency_figure"]
 LOG_FROM: Final = 30.0
 _PANEL_TITLES: Final = {
     "latency_total_ms": "latency_total_ms: share of calls that took at most x ms",
-    "latency_ttft_ms": "latency_ttft_ms (streamed calls)",
+    "latency_ttft_ms": "latency_ttft_ms: time to the first token",
 }
 
 
@@ -60,7 +60,7 @@ def latency_figure(
         rows=2,
         cols=1,
         subplot_titles=[_PANEL_TITLES[m] for m in LATENCY_METRICS],
-        vertical_spacing=0.16,
+        vertical_spacing=0.2,
     )
     runs = table["run"].cast(pl.String).unique(maintain_order=True).to_list() if "run" in by else []
     colors = run_colors(runs)
@@ -128,7 +128,7 @@ def latency_figure(
             "subtitle": {"text": "curve: ECDF of the calls that reported it; ◆ p50 p90 p95 p99"},
         },
         height=640,
-        margin={"t": 110},
+        margin={"t": 130},
         legend={"orientation": "h", "yanchor": "top", "y": -0.12, "x": 0},
     )
     return fig

@@ -131,7 +131,11 @@ def error_figure(table: pl.DataFrame, runs: Sequence[str]) -> go.Figure:
             )
         )
     rates = [r for r in table["rate"].to_list() if r is not None]
-    axis: dict[str, Any] = {"tickformat": ".1%", "rangemode": "tozero", "title": {"text": "calls"}}
+    axis: dict[str, Any] = {
+        "tickformat": ".1%",
+        "rangemode": "tozero",
+        "title": {"text": "share of calls"},
+    }
     if not rates or max(rates) == 0:
         calls = int(table.filter(pl.col("error_category") == ANY_ERROR)["calls"].sum())
         axis["range"] = [0, 0.05]

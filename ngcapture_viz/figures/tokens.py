@@ -52,7 +52,7 @@ def token_figure(histogram: pl.DataFrame, coverage: pl.DataFrame, runs: Sequence
     totals = coverage.group_by("metric").agg(pl.col("n_reported").sum(), pl.col("n_calls").sum())
     reported = {r["metric"]: (r["n_reported"], r["n_calls"]) for r in totals.iter_rows(named=True)}
     titles = [
-        f"{m} · {reported.get(m, (0, 0))[0]:,}/{reported.get(m, (0, 0))[1]:,} reported"
+        f"{m}<br><sup>{reported.get(m, (0, 0))[0]:,}/{reported.get(m, (0, 0))[1]:,} reported</sup>"
         for m in TOKEN_METRICS
     ]
     fig = make_subplots(
@@ -60,8 +60,8 @@ def token_figure(histogram: pl.DataFrame, coverage: pl.DataFrame, runs: Sequence
         rows=2,
         cols=2,
         subplot_titles=titles,
-        vertical_spacing=0.2,
-        horizontal_spacing=0.1,
+        vertical_spacing=0.22,
+        horizontal_spacing=0.12,
     )
     per_run = {
         (str(r["run"]), r["metric"]): (r["n_reported"], r["n_calls"])
@@ -99,7 +99,7 @@ def token_figure(histogram: pl.DataFrame, coverage: pl.DataFrame, runs: Sequence
             text = (
                 "no call reported it"
                 if constant is None
-                else f"all {constant:,.0f}: every call that reported it"
+                else f"all {constant:,.0f}<br>(every call that reported it)"
             )
             axis = "" if i == 0 else str(i + 1)
             fig.add_annotation(
@@ -123,7 +123,8 @@ def token_figure(histogram: pl.DataFrame, coverage: pl.DataFrame, runs: Sequence
         },
         barmode="overlay",
         bargap=0,
-        height=560,
-        margin={"t": 100},
+        height=620,
+        margin={"t": 140},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.08, "x": 0},
     )
     return fig

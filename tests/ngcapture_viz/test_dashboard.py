@@ -150,7 +150,7 @@ def test_token_figure_bars_equal_histogram_with_coverage_titles(stacked: ngv.Cap
     titles = [a.text for a in fig.layout.annotations][: len(TOKEN_METRICS)]
     for metric, title in zip(TOKEN_METRICS, titles, strict=True):
         n = calls[metric].is_not_null().sum()
-        assert title == f"{metric} · {n:,}/{calls.height:,} reported"
+        assert title == f"{metric}<br><sup>{n:,}/{calls.height:,} reported</sup>"
     traces = iter(fig.data)
     for metric in TOKEN_METRICS:
         for run in ("a", "b"):

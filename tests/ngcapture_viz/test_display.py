@@ -49,7 +49,7 @@ def test_every_returned_figure_is_a_figure_with_both_mimetypes(runs: ngv.Capture
         bundle = figure_bundle(fig, plotlyjs=False)
         assert set(bundle) == {PLOTLY_MIME, "text/html", "text/plain"}
         assert bundle[PLOTLY_MIME]["data"] == orjson.loads(fig.to_json())["data"]
-        assert bundle[PLOTLY_MIME]["config"]["responsive"] is True
+        assert "responsive" not in bundle[PLOTLY_MIME]["config"]  # sized by layout.height
         assert 'class="ngc-figure"' in bundle["text/html"]
         assert PLOTLYJS_MARK not in bundle["text/html"]
         assert PLOTLYJS_MARK in figure_bundle(fig, plotlyjs=True)["text/html"]

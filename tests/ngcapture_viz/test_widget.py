@@ -139,7 +139,9 @@ def test_run_filter_empties_the_other_runs_traces(dash: CaptureDashboard) -> Non
     assert list(tokens.data[0].y) == []
     assert list(tokens.data[1].y) == histogram["count"].to_list()
     n = kept["tokens_in"].is_not_null().sum()
-    assert tokens.layout.annotations[0].text == f"tokens_in · {n}/{kept.height} reported"
+    assert (
+        tokens.layout.annotations[0].text == f"tokens_in<br><sup>{n}/{kept.height} reported</sup>"
+    )
     errors = dash.figures["errors"]
     assert list(errors.data[0].y) == []
     assert errors.data[1].y[0] == pytest.approx(kept["error_category"].is_not_null().mean())
