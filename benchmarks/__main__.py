@@ -15,16 +15,28 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import capture_overhead, load, proxy, render, sse_parse, staging, store_io
+from benchmarks import (
+    capture_overhead,
+    large_body,
+    load,
+    proxy,
+    render,
+    sse_parse,
+    staging,
+    store_io,
+    widget,
+)
 
 SUITES = {
     "capture_overhead": capture_overhead.run,
+    "large_body": large_body.run,
     "render": render.run,
     "load": load.run,
     "proxy": proxy.run,
     "sse_parse": sse_parse.run,
     "staging": staging.run,
     "store_io": store_io.run,
+    "widget": widget.run,
 }
 
 

@@ -22,6 +22,7 @@ from capture_core.server._asgi import send_whole
 from capture_core.server.control import CONTROL_PREFIX, control_app, load_control_token
 from capture_core.server.counters import CaptureCounters
 from capture_core.server.errors import send_error
+from capture_core.server.large_lines import LargeLines
 from capture_core.server.logs import RateLimitedLogger
 from capture_core.server.middleware import CaptureMiddleware
 from capture_core.server.proxy import UpstreamProxy
@@ -70,6 +71,7 @@ class CaptureApp:
             if directory is not None
             else None
         )
+        self.large_lines = LargeLines() if directory is not None else None
         self.counters = CaptureCounters()
         self._summary: asyncio.Future[None] | None = None
         # Training capture keeps ledgers; their control plane refuses to run without a token.
@@ -92,6 +94,7 @@ class CaptureApp:
             counters=self.counters,
             writer=self.writer,
             executor=self.executor,
+            large_lines=self.large_lines,
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -205,6 +208,8 @@ class CaptureApp:
         """Release the writer registration and the write threads (after the last write)."""
         if self.executor is not None:
             self.executor.shutdown(wait=True)
+        if self.large_lines is not None:
+            self.large_lines.close()
         if self.writer is not None:
             self.writer.close()
 

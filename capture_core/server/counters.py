@@ -1,9 +1,12 @@
-"""Capture counters, exposed in Prometheus text format at ``GET /ngcapture/metrics``."""
+"""Capture counters, exposed in Prometheus text format at ``GET /ngcapture/metrics``.
+
+They are changed and read on the server's event loop only (writer threads report back to it),
+so they take no lock: a lock shared with threads that wait for the GIL made the loop wait too.
+"""
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 __all__ = ["CaptureCounters"]
 
@@ -24,7 +27,7 @@ _HELP = {
 
 @dataclass
 class CaptureCounters:
-    """Thread-safe counters of one capture server process."""
+    """Counters of one capture server process (event-loop thread only)."""
 
     calls_captured: int = 0
     bytes_written: int = 0
@@ -34,22 +37,18 @@ class CaptureCounters:
     requests_refused: int = 0
     marker_failures: int = 0
     writes_outstanding: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, name: str, amount: int = 1) -> None:
         """Add ``amount`` (may be negative for the gauge) to counter ``name``."""
-        with self._lock:
-            setattr(self, name, getattr(self, name) + amount)
+        setattr(self, name, getattr(self, name) + amount)
 
     def bump(self, **amounts: int) -> None:
-        """Add to several counters under one lock."""
-        with self._lock:
-            for name, amount in amounts.items():
-                setattr(self, name, getattr(self, name) + amount)
+        """Add to several counters."""
+        for name, amount in amounts.items():
+            setattr(self, name, getattr(self, name) + amount)
 
     def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return {name: getattr(self, name) for name in _HELP}
+        return {name: getattr(self, name) for name in _HELP}
 
     def prometheus(self) -> str:
         """The counters in Prometheus text exposition format 0.0.4."""

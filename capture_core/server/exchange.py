@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from capture_core.dialects import TerminalKind, reassemble_stream
-from capture_core.outcome import classify_exception, classify_outcome
+from capture_core.outcome import classify_outcome
 from capture_core.records import ErrorCategory
 from capture_core.server.decoding import DecodeError, decode_body
 
@@ -106,11 +106,20 @@ class Exchange:
             self.decode_error = str(exc)
             return wire
 
-    def line(self, failure: BaseException | None = None, *, objects: bool = True) -> dict[str, Any]:
+    @property
+    def size(self) -> int:
+        """Bytes of request and response held (what the line will roughly weigh)."""
+        return sum(map(len, self.request_chunks)) + sum(map(len, self.response_chunks))
+
+    def line(self, failure: str | None = None, *, objects: bool = True) -> dict[str, Any]:
         """The raw capture line, keys in the spec's order.
 
-        ``objects=False`` keeps both bodies as raw text only: the fallback for bodies that
-        parse but cannot be encoded again (JSON nested deeper than the encoder allows).
+        Args:
+            failure: the error category of the exception the call ended in, if it did
+                (:func:`~capture_core.outcome.classify_exception`).
+            objects: ``False`` keeps both bodies as raw text only: the fallback for bodies
+                that parse but cannot be encoded again (JSON nested deeper than the encoder
+                allows).
         """
         request_body = b"".join(self.request_chunks)
         response_body = self._response_body()
@@ -149,7 +158,7 @@ class Exchange:
 
     def _category(
         self,
-        failure: BaseException | None,
+        failure: str | None,
         terminal: TerminalKind | None,
         response: dict[str, Any] | None,
         response_body: bytes,
@@ -159,7 +168,7 @@ class Exchange:
         if self.transport_error is not None:
             return self.transport_error
         if failure is not None:
-            return classify_exception(failure).value
+            return failure
         if self.decode_error is not None and self.status_code is not None:
             by_status = classify_outcome(self.status_code, streaming=False, terminal=None,
                                          response=None, body_empty=True)  # fmt: skip

@@ -30,15 +30,16 @@ from capture_core.dialects import TerminalDetector
 from capture_core.exceptions import (
     CaptureError,
     CaptureStoreError,
-    LineEncodingError,
     RequestRefusedError,
 )
+from capture_core.outcome import classify_exception
 from capture_core.pending import mark_pending, unmark_pending
 from capture_core.records import CaptureFailure
 from capture_core.server.counters import CaptureCounters
 from capture_core.server.decoding import BodyDecoder, DecodeError, decoder_for
 from capture_core.server.errors import send_error
 from capture_core.server.exchange import Exchange
+from capture_core.server.large_lines import LARGE_LINE_BYTES, LargeLines, append_exchange
 from capture_core.server.logs import RateLimitedLogger
 from capture_core.server.proxy import CLIENT_GONE_KEY, PREFIX_KEY, TRANSPORT_ERROR_KEY
 from capture_core.server.routing import route_path
@@ -67,6 +68,8 @@ class CaptureMiddleware:
             for it, its failure log); without one, markers carry no writer and failures are
             only logged and counted.
         executor: where lines are written (default: the event loop's default executor).
+        large_lines: where lines of calls over :data:`LARGE_LINE_BYTES` are built and written
+            (another process); without it they are written like the others.
     """
 
     def __init__(
@@ -78,6 +81,7 @@ class CaptureMiddleware:
         counters: CaptureCounters,
         writer: CaptureWriter | None = None,
         executor: Executor | None = None,
+        large_lines: LargeLines | None = None,
     ) -> None:
         self.app = app
         self.store = store
@@ -89,7 +93,8 @@ class CaptureMiddleware:
         self.counters = counters
         self.writer = writer
         self.executor = executor
-        self._detached: set[asyncio.Future[None]] = set()
+        self.large_lines = large_lines
+        self._detached: set[asyncio.Future[int | None]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -131,7 +136,7 @@ class CaptureMiddleware:
             await asyncio.wait(set(self._detached), timeout=timeout_s)
         return len(self._detached)
 
-    def detach(self, write: asyncio.Future[None]) -> None:
+    def detach(self, write: asyncio.Future[int | None]) -> None:
         self._detached.add(write)
         write.add_done_callback(self._detached.discard)
 
@@ -315,42 +320,57 @@ class _CapturedCall:
         call_id = self.exchange.model_call_id
         _guard(lambda: mark_pending(self.store.root, self.rollout_id, call_id), "mark it pending")
 
-    def _start_write(self, failure: BaseException | None) -> asyncio.Future[None]:
+    def _start_write(self, failure: BaseException | None) -> asyncio.Future[int | None]:
         loop = asyncio.get_running_loop()
-        return loop.run_in_executor(self.owner.executor, self._write, failure)
+        write = loop.run_in_executor(self.owner.executor, self._write, failure)
+        write.add_done_callback(self._count)
+        return write
 
-    async def _record(self, write: asyncio.Future[None]) -> None:
+    def _count(self, write: asyncio.Future[int | None]) -> None:
+        """Count the write's outcome, on the event loop: counters are only touched there, so
+        they need no lock (a lock shared with the writer threads made the loop wait)."""
+        counters = self.owner.counters
+        written = None if write.cancelled() or write.exception() else write.result()
+        if written is None:
+            counters.bump(capture_failures=1, writes_outstanding=-1)
+        else:
+            counters.bump(calls_captured=1, bytes_written=written, writes_outstanding=-1)
+
+    async def _record(self, write: asyncio.Future[int | None]) -> None:
         self.owner.detach(write)
         await asyncio.shield(write)
 
-    def _write(self, failure: BaseException | None) -> None:
-        """Build and append the line (writer thread). Never raises: failures are recorded."""
-        counters = self.owner.counters
+    def _write(self, failure: BaseException | None) -> int | None:
+        """Build and append the line (writer thread); the bytes written, or ``None`` when it
+        failed (the failure is logged and recorded). Never raises."""
+        category = classify_exception(failure).value if failure is not None else None
+        large = self.owner.large_lines
         try:
-            try:
-                written = self._append(self.exchange.line(failure))
-            except LineEncodingError:
-                written = self._append(self.exchange.line(failure, objects=False))
-            counters.bump(calls_captured=1, bytes_written=written)
+            if large is not None and self.exchange.size >= LARGE_LINE_BYTES:
+                # Parsing and encoding tens of MiB holds the GIL for a fifth of a second:
+                # done in another process, so the other calls do not wait for it.
+                return large.write(self.store, self.rollout_id, self.exchange, category)
+            return self._append(self.exchange, category)
         except Exception as exc:
             self._failed(exc)
+            return None
         finally:
             self._unmark()
-            counters.add("writes_outstanding", -1)
 
-    def _append(self, line: dict[str, object]) -> int:
+    def _append(self, exchange: Exchange, category: str | None) -> int:
         try:
-            return self.store.record(self.rollout_id, line)
+            return append_exchange(self.store, self.rollout_id, exchange, category)
         except CaptureStoreError as exc:
             writer = self.owner.writer
             if writer is None or not out_of_descriptors(exc):
                 raise
             # Out of descriptors: free the spare one and try once more.
-            return writer.with_spare_descriptor(lambda: self.store.record(self.rollout_id, line))
+            return writer.with_spare_descriptor(
+                lambda: append_exchange(self.store, self.rollout_id, exchange, category)
+            )
 
     def _failed(self, exc: Exception) -> None:
         exchange, writer = self.exchange, self.owner.writer
-        self.owner.counters.add("capture_failures")
         cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
         reason = os_reason(cause) if isinstance(cause, OSError) else str(exc)
         limited.warning("capture-failed", "capture of call %s in rollout %s failed: %s",

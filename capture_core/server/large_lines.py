@@ -1,0 +1,83 @@
+"""Lines of huge calls are built and written in another process.
+
+Turning a 50 MiB request into its capture line means parsing it (to know it is a JSON object)
+and encoding the line: about 150 ms during which a C extension holds the GIL, so every other
+call of the server waits. Calls whose bodies weigh :data:`LARGE_LINE_BYTES` or more are handed
+to a worker process of the standard library's ``ProcessPoolExecutor`` instead: the server only
+pickles the bytes over (a copy) and waits, without the GIL, for the number of bytes appended.
+The worker appends through the same :class:`~capture_core.store.CaptureStore` code, so locking,
+``fsync`` and torn-tail handling are the same. The pool starts on the first large line.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from typing import Final
+
+from capture_core.exceptions import CaptureStoreError, LineEncodingError
+from capture_core.server.exchange import Exchange
+from capture_core.store import CaptureStore
+
+__all__ = ["LARGE_LINE_BYTES", "LargeLines", "append_exchange"]
+
+LARGE_LINE_BYTES: Final = 8 * 1024 * 1024
+
+
+def append_exchange(
+    store: CaptureStore, rollout_id: str, exchange: Exchange, failure: str | None
+) -> int:
+    """Append the exchange's line; bodies too deep to encode again are kept as raw text."""
+    try:
+        return store.record(rollout_id, exchange.line(failure))
+    except LineEncodingError:
+        return store.record(rollout_id, exchange.line(failure, objects=False))
+
+
+def _append_in_worker(
+    root: str, rollout_id: str, exchange: Exchange, failure: str | None
+) -> tuple[int | None, str | None]:
+    """Runs in the worker process: ``(bytes written, None)`` or ``(None, why not)`` (errors
+    come back as text: a store error does not survive pickling whole)."""
+    try:
+        return append_exchange(CaptureStore(root), rollout_id, exchange, failure), None
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+class LargeLines:
+    """A one-process pool writing large lines (started on first use, closed with the server)."""
+
+    def __init__(self) -> None:
+        self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def write(
+        self, store: CaptureStore, rollout_id: str, exchange: Exchange, failure: str | None
+    ) -> int:
+        """Append the line from the worker process (blocks the calling thread).
+
+        Raises:
+            CaptureStoreError: the worker could not append it (the reason is in the message).
+        """
+        with self._lock:
+            if self._pool is None:
+                # spawn: a fork of a threaded server could inherit a held lock.
+                context = multiprocessing.get_context("spawn")
+                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context)
+            pool = self._pool
+        written, error = pool.submit(
+            _append_in_worker, str(store.root), rollout_id, exchange, failure
+        ).result()
+        if written is None:
+            raise CaptureStoreError(
+                f"could not append a large capture line: {error}", path=store.path_for(rollout_id)
+            )
+        return written
+
+    def close(self) -> None:
+        with self._lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
