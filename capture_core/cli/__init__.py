@@ -43,6 +43,10 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
         "capture_core.cli.collect:collect",
         "Run rollouts through a capture server; attach their capture.",
     ),
+    "sweep": (
+        "capture_core.cli.sweep:sweep",
+        "Remove pending marks of dead capture servers; name the calls lost.",
+    ),
     "index": (
         "ngcapture_viz.cli:index",
         "Build or refresh the sidecar index of a capture directory.",
