@@ -276,6 +276,8 @@ def run_checkpoints(out: Path, *, tasks: int = 20, repeats: int = 2) -> list[Pat
             )  # fmt: skip
             summary = collect(config, agent=agent)
         print(f"== {name} (worker seed {seed}, ttft {ttft_ms:g} ms, {ms_per_token:g} ms/token)")
+        injected = ", ".join(f"task {t}: HTTP {code}" for t, code in sorted(FAULTY_TASKS.items()))
+        print(f"faults injected on purpose (first repeat only): {injected}; those rollouts fail")
         print(summary.format())
         print()
         folders.append(folder)
