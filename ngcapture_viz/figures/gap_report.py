@@ -288,6 +288,14 @@ def _coverage_rows(label: str, rollouts: pl.DataFrame, calls: pl.DataFrame) -> l
         int((source == "attachment").sum()),
         num_calls,
     )
+    category = calls["error_category"].cast(pl.String)
+    add(
+        "calls",
+        "calls_abandoned",
+        "calls the client abandoned (client_disconnected)",
+        int((category == "client_disconnected").sum()),
+        num_calls,
+    )
     for metric in COVERAGE_METRICS:
         reported = int(calls[metric].is_not_null().sum())
         add("reported", metric, f"calls reporting {metric}", reported, num_calls)

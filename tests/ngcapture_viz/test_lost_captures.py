@@ -41,3 +41,17 @@ def test_lost_and_failed_calls_are_gaps_and_pending_ones_stay_pending(tmp_path: 
     assert "ENOSPC" in failed["detail"]
     pending = dict(run.rollouts.select("rollout_id", "pending_writes").iter_rows())
     assert pending.get("1-0") == 1 and pending.get("0-0") == 0
+
+
+def test_abandoned_calls_are_failures_and_the_gap_report_counts_them(tmp_path: Path) -> None:
+    store = CaptureStore(tmp_path, create=True)
+    served = capture_line("chat", model_call_id="c1")
+    abandoned = capture_line("chat", stream=True, terminal=False, model_call_id="c2")
+    abandoned = abandoned.model_copy(update={"error_category": "client_disconnected"})
+    store.record("0-0", served)
+    store.record("0-0", abandoned)
+    run = ngv.open_run(tmp_path, progress=False)
+    assert ngv.summary_metrics(run)["error_rate"] == 0.5
+    summary = ngv.gap_report(run).summary
+    row = summary.filter(pl.col("metric") == "calls_abandoned").row(0, named=True)
+    assert (row["count"], row["total"]) == (1, 2)
