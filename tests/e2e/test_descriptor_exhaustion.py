@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import resource
+import socket
 import time
 from pathlib import Path
 
@@ -50,10 +51,19 @@ def test_out_of_descriptors_every_lost_capture_is_on_disk_after_a_restart(stack:
                 time.sleep(0.05)
             connection.request("GET", "/ngcapture/metrics")
             metrics = connection.getresponse().read().decode()
+            for _ in range(40):  # new clients now hit EMFILE in the accept loop
+                try:
+                    with socket.create_connection(("127.0.0.1", server.port), timeout=0.1) as s:
+                        s.sendall(b"GET /ngcapture/health HTTP/1.1\r\nhost: x\r\n\r\n")
+                        s.recv(100)
+                except OSError:
+                    pass
+            log_size = server.log_path.stat().st_size
         finally:
             resource.prlimit(pid, resource.RLIMIT_NOFILE, limits)
             connection.close()
     assert statuses == [200] * CALLS  # the calls themselves were served
+    assert log_size < 64 * 1024, server.log()[-3000:]  # logging stayed rate-limited
     assert f"ngcapture_capture_failures_total {CALLS}" in metrics
     first_logs = sorted((directory / ".failures").iterdir())
     with run_capture_server(stack.worker.url, directory) as restarted:  # a restart...
