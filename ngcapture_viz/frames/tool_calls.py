@@ -11,7 +11,7 @@ import polars as pl
 from capture_core import ModelCallRecord
 from ngcapture_viz.frames._columns import Column, FrameSchema
 
-__all__ = ["TOOL_CALLS", "ToolCallColumns"]
+__all__ = ["TOOL_CALLS", "ToolCallColumns", "tool_choice_indices"]
 
 _INT = pl.Int64()
 _STR = pl.String()
@@ -24,6 +24,12 @@ TOOL_CALLS: Final = FrameSchema(
         Column("model_call_id", _STR, "The model call that asked for the tool."),
         Column("call_index", _INT, "That call's `call_index`."),
         Column("tool_index", _INT, "Position of the tool call within the response (0-based)."),
+        Column(
+            "choice_index",
+            _INT,
+            "The chat choice that asked for it (several when `n` > 1; null: not a chat "
+            "completion, or not known from an attachment).",
+        ),
         Column("call_id", _STR, "The tool call's id (what the tool result refers to)."),
         Column("type", pl.Categorical(), "Tool call type (function, custom, tool_use...)."),
         Column("name", pl.Categorical(), "Tool name."),
@@ -47,12 +53,23 @@ class ToolCallColumns:
         return len(self.data["tool_index"])
 
     def add(
-        self, record: ModelCallRecord | Mapping[str, Any], *, rollout_id: str, source: str
+        self,
+        record: ModelCallRecord | Mapping[str, Any],
+        *,
+        rollout_id: str,
+        source: str,
+        choices: list[int] | None = None,
     ) -> None:
-        """Append one row per tool call of ``record`` (a record or its field dict)."""
+        """Append one row per tool call of ``record`` (a record or its field dict).
+
+        ``choices``: the chat choice of each tool call (``tool_choice_indices``), if known.
+        """
         f = record if type(record) is dict or isinstance(record, Mapping) else vars(record)
         d = self.data
+        if choices is not None and len(choices) != len(f["tool_calls"]):
+            choices = None  # the response does not line up with the record: say unknown
         for position, tool in enumerate(f["tool_calls"]):
+            d["choice_index"].append(None if choices is None else choices[position])
             d["rollout_id"].append(rollout_id)
             d["model_call_id"].append(f["model_call_id"])
             d["call_index"].append(f["call_index"])
@@ -71,3 +88,35 @@ class ToolCallColumns:
         data: dict[str, Any] = dict(self.data)
         data["run"] = [run] * len(self)
         return TOOL_CALLS.from_columns(data)
+
+
+def tool_choice_indices(dialect: object, response: object) -> list[int] | None:
+    """The choice of each tool call of a chat completion, in the record's order.
+
+    The chat reader lists the tool calls of every choice in choice order (``tool_calls``,
+    then a legacy ``function_call``); this walks the same choices and says which each came
+    from (the choice's ``index``, else its position). ``None`` for other dialects.
+
+    Example:
+        >>> tool_choice_indices("chat", {"choices": [
+        ...     {"index": 0, "message": {"tool_calls": [{"id": "a"}]}},
+        ...     {"index": 1, "message": {"tool_calls": [{"id": "b"}, {"id": "c"}]}}]})
+        [0, 1, 1]
+    """
+    if dialect != "chat" or not isinstance(response, Mapping):
+        return None
+    choices = response.get("choices")
+    if not isinstance(choices, list):
+        return None
+    found: list[int] = []
+    for position, choice in enumerate(c for c in choices if isinstance(c, Mapping)):
+        message = choice.get("message")
+        if not isinstance(message, Mapping):
+            continue
+        index = choice.get("index")
+        number = index if isinstance(index, int) and not isinstance(index, bool) else position
+        calls = message.get("tool_calls")
+        count = sum(1 for c in calls if isinstance(c, Mapping)) if isinstance(calls, list) else 0
+        count += isinstance(message.get("function_call"), Mapping)
+        found += [number] * count
+    return found

@@ -28,7 +28,7 @@ from ngcapture_viz.frames.tool_calls import TOOL_CALLS
 __all__ = ["FILE_SCHEMA", "FORMAT", "IndexTables", "read_tables", "write_tables"]
 
 #: Bumped whenever a table's meaning changes: an index of another format is rebuilt.
-FORMAT: Final = 3
+FORMAT: Final = 4  # 4: tool_calls.choice_index
 TABLES: Final = ("files", "calls", "tool_calls", "damaged")
 FILE_SCHEMA: Final = pl.Schema(
     {

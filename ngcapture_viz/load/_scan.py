@@ -26,7 +26,7 @@ from capture_core import (
 from capture_core.normalize import record_fields, validate_raw_line
 from ngcapture_viz.frames.calls import CallColumns
 from ngcapture_viz.frames.gaps import AnalysisGap, GapRows
-from ngcapture_viz.frames.tool_calls import ToolCallColumns
+from ngcapture_viz.frames.tool_calls import ToolCallColumns, tool_choice_indices
 
 __all__ = ["RACY_NS", "FileState", "FileTask", "ScanResult", "fingerprint", "is_racy", "scan_files"]
 
@@ -187,7 +187,8 @@ def _scan_one(
             line_bytes=entry.length,
         )
         if fields["tool_calls"]:
-            tools.add(fields, rollout_id=task.rollout_id, source="store")
+            choices = tool_choice_indices(fields["dialect"], entry.data.get("response"))
+            tools.add(fields, rollout_id=task.rollout_id, source="store", choices=choices)
     for line in bad:
         offset = task.start + line.byte_offset
         call_index = task.call_index + line.call_index
