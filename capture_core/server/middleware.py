@@ -1,51 +1,29 @@
 """The capture middleware: a pure ASGI wrapper that records every call of a rollout.
 
 Per request: the ``/ng-rollout/<id>/`` prefix is stripped (always); a valid id on a dialect
-path is captured. Request and response bytes are copied as they pass; non-terminal chunks go
-to the client at once, while the stream's terminal event and the final body message are held
-until the capture line is durable (or its write failed). A compressed stream is decoded as it
-passes, so its terminal event is recognised.
-
-A call is marked pending (a marker named for this server process, made on the event loop: two
-system calls) when it starts; its line is built and appended in one hand-off to a writer
-thread, which also removes the marker. If the request is cancelled (server stopping) the write
-still lands. When the line cannot be written, the failure goes to the process's failure log
-(opened at start-up, so it needs no new descriptor) and the rollout is marked incomplete.
+path is captured by a :class:`~capture_core.server.captured_call.CapturedCall`; a non-POST
+request on a dialect path is refused; an invalid id is served uncaptured and says so.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-import uuid
-from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from capture_core._locking import os_reason
-from capture_core.dialects import TerminalDetector
-from capture_core.exceptions import (
-    CaptureError,
-    CaptureStoreError,
-    RequestRefusedError,
-)
-from capture_core.outcome import classify_exception
-from capture_core.pending import mark_pending, unmark_pending
-from capture_core.records import CaptureFailure
+from capture_core.server.captured_call import CapturedCall
 from capture_core.server.counters import CaptureCounters
-from capture_core.server.decoding import BodyDecoder, DecodeError, decoder_for
 from capture_core.server.errors import send_error
-from capture_core.server.exchange import Exchange
-from capture_core.server.large_lines import LARGE_LINE_BYTES, LargeLines, append_exchange
+from capture_core.server.large_lines import LargeLines
 from capture_core.server.logs import RateLimitedLogger
-from capture_core.server.proxy import CLIENT_GONE_KEY, PREFIX_KEY, TRANSPORT_ERROR_KEY
+from capture_core.server.proxy import PREFIX_KEY
 from capture_core.server.routing import route_path
-from capture_core.server.training import MODEL_CALL_ID_KEY, TRAINING_ROUTE_KEY
+from capture_core.server.training import TRAINING_ROUTE_KEY
 from capture_core.store import CaptureStore
-from capture_core.writers import CaptureWriter, out_of_descriptors
+from capture_core.writers import CaptureWriter
 
 __all__ = ["WARNING_HEADER", "CaptureMiddleware"]
 
@@ -127,7 +105,7 @@ class CaptureMiddleware:
             self.counters.add("uncaptured_requests")
             await self.app(scope, receive, send)
             return
-        call = _CapturedCall(self, self.store, scope, route.rollout_id, route.dialect.name)
+        call = CapturedCall(self, self.store, scope, route.rollout_id, route.dialect.name)
         await call.serve(receive, send)
 
     async def drain(self, timeout_s: float) -> int:
@@ -149,261 +127,3 @@ def _with_warning(send: Send) -> Send:
         await send(message)
 
     return warn
-
-
-class _CapturedCall:
-    """Per-request state of one captured call."""
-
-    def __init__(
-        self,
-        owner: CaptureMiddleware,
-        store: CaptureStore,
-        scope: Scope,
-        rollout_id: str,
-        dialect: str,
-    ) -> None:
-        self.owner, self.store, self.scope = owner, store, scope
-        self.rollout_id = rollout_id
-        self.exchange = Exchange(
-            model_call_id=uuid.uuid4().hex,
-            dialect=dialect,
-            model_ref=owner.model_ref,
-            started_at=time.time(),
-        )
-        # Issue 18 hook: the training gate gives the call's ledger row and token entry this id.
-        scope[MODEL_CALL_ID_KEY] = self.exchange.model_call_id
-        self.detector: TerminalDetector | None = None
-        self.decoder: BodyDecoder | None = None
-        self.held: list[Message] = []
-        self.lookahead: Message | None = None
-        self.holding = False
-        self.started = False
-        self.done = False
-        self.t0 = time.perf_counter()
-
-    async def serve(self, receive: Receive, send: Send) -> None:
-        exchange = self.exchange
-
-        async def copy_request() -> Message:
-            message = await receive()
-            if message["type"] == "http.request":
-                exchange.request_chunks.append(message.get("body", b""))
-            elif message["type"] == "http.disconnect" and not self.done:
-                exchange.client_disconnected = True
-            return message
-
-        async def copy_response(message: Message) -> None:
-            if self._observe(message):
-                self.held.append(message)
-            elif message["type"] == "http.response.body" and not exchange.streaming:
-                # Keep the newest body chunk back: with a content-length the client is done as
-                # soon as it has the last byte, so that byte must wait for the capture line.
-                previous, self.lookahead = self.lookahead, message
-                if previous is not None:
-                    await send(previous)
-            else:
-                await send(message)
-
-        # Pending from now until the line is durable, visible to other processes.
-        self.owner.counters.add("writes_outstanding")
-        self._mark()
-        self.t0 = time.perf_counter()
-        exchange.started_at = time.time()
-        try:
-            await self.owner.app(self.scope, copy_request, copy_response)
-        except asyncio.CancelledError:
-            self._finish()
-            self.owner.detach(self._start_write(asyncio.CancelledError()))
-            raise
-        except RequestRefusedError:
-            # A chunked body over the size limit: refused like any request the server answers
-            # itself (by the app around us), so not recorded as a dialect call.
-            self._unmark()
-            self.owner.counters.add("writes_outstanding", -1)
-            raise
-        except Exception as exc:
-            if self.started:
-                await self._complete(exc, send)
-                raise
-            # Nothing reached the client yet: it gets a 500 from us, and the line says so.
-            limited.exception("proxy-error", "error while serving %s", self.scope["path"])
-            await send_error(copy_response, self.scope["path"], 500,
-                             f"capture server error: {type(exc).__name__}")  # fmt: skip
-            await self._complete(exc, send)
-            return
-        await self._complete(None, send)
-
-    async def _complete(self, failure: BaseException | None, send: Send) -> None:
-        self._finish()
-        await self._record(self._start_write(failure))
-        await self._release(send)
-
-    def _observe(self, message: Message) -> bool:
-        """Copy what a response message carries; True if it must be held back."""
-        kind = message["type"]
-        exchange = self.exchange
-        if kind == "http.response.start":
-            self.started = True
-            exchange.status_code = message["status"]
-            for name, value in message.get("headers", []):
-                lower = name.lower()
-                if lower == b"content-type":
-                    exchange.streaming = value.lower().startswith(b"text/event-stream")
-                elif lower == b"content-encoding":
-                    exchange.content_encoding = value.decode("latin-1").strip().lower()
-            if exchange.streaming:
-                self.detector = TerminalDetector(exchange.dialect)
-                self._start_decoding()
-            return False
-        if kind != "http.response.body":
-            return self.holding
-        body: bytes = message.get("body", b"")
-        if body:
-            if exchange.ttft_ms is None:
-                exchange.ttft_ms = round((time.perf_counter() - self.t0) * 1000, 2)
-            exchange.response_chunks.append(body)
-            text = self._decode(body) if self.decoder is not None else body
-            if self.detector is not None and not self.holding and text:
-                self.holding = self.detector.feed(text) is not None
-        if not message.get("more_body", False):
-            self.done = True
-        return self.holding or not message.get("more_body", False)
-
-    def _start_decoding(self) -> None:
-        try:
-            self.decoder = decoder_for(self.exchange.content_encoding)
-        except DecodeError as exc:
-            self.exchange.decode_error = str(exc)
-            self.detector = None
-            return
-        if self.decoder is not None:
-            self.exchange.decoded_chunks = []
-
-    def _decode(self, body: bytes) -> bytes:
-        if self.decoder is None:
-            return body
-        try:
-            text = self.decoder.feed(body)
-        except DecodeError as exc:
-            self.exchange.decode_error = str(exc)
-            self.exchange.decoded_chunks = None
-            self.decoder = self.detector = None
-            return b""
-        assert self.exchange.decoded_chunks is not None
-        self.exchange.decoded_chunks.append(text)
-        return text
-
-    def _finish(self) -> None:
-        exchange = self.exchange
-        exchange.latency_ms = round((time.perf_counter() - self.t0) * 1000, 2)
-        exchange.completed_at = time.time()
-        state = self.scope.get("state", {})
-        exchange.transport_error = state.get(TRANSPORT_ERROR_KEY)
-        if state.get(CLIENT_GONE_KEY) and not self.done:
-            exchange.client_disconnected = True
-        if self.detector is not None:
-            exchange.terminal = self.detector.close()
-        if self.decoder is not None and exchange.decoded_chunks is not None:
-            try:
-                exchange.decoded_chunks.append(self.decoder.flush())
-            except DecodeError as exc:
-                if not (exchange.client_disconnected or exchange.transport_error):
-                    exchange.decode_error = str(exc)  # a whole stream that does not decode
-                    exchange.decoded_chunks = None
-
-    def _mark(self) -> None:
-        writer = self.owner.writer
-        if writer is not None:
-            if not writer.mark(self.rollout_id, self.exchange.model_call_id):
-                self.owner.counters.add("marker_failures")
-            return
-        call_id = self.exchange.model_call_id
-        _guard(lambda: mark_pending(self.store.root, self.rollout_id, call_id), "mark it pending")
-
-    def _start_write(self, failure: BaseException | None) -> asyncio.Future[int | None]:
-        loop = asyncio.get_running_loop()
-        write = loop.run_in_executor(self.owner.executor, self._write, failure)
-        write.add_done_callback(self._count)
-        return write
-
-    def _count(self, write: asyncio.Future[int | None]) -> None:
-        """Count the write's outcome, on the event loop: counters are only touched there, so
-        they need no lock (a lock shared with the writer threads made the loop wait)."""
-        counters = self.owner.counters
-        written = None if write.cancelled() or write.exception() else write.result()
-        if written is None:
-            counters.bump(capture_failures=1, writes_outstanding=-1)
-        else:
-            counters.bump(calls_captured=1, bytes_written=written, writes_outstanding=-1)
-
-    async def _record(self, write: asyncio.Future[int | None]) -> None:
-        self.owner.detach(write)
-        await asyncio.shield(write)
-
-    def _write(self, failure: BaseException | None) -> int | None:
-        """Build and append the line (writer thread); the bytes written, or ``None`` when it
-        failed (the failure is logged and recorded). Never raises."""
-        category = classify_exception(failure).value if failure is not None else None
-        large = self.owner.large_lines
-        try:
-            if large is not None and self.exchange.size >= LARGE_LINE_BYTES:
-                # Parsing and encoding tens of MiB holds the GIL for a fifth of a second:
-                # done in another process, so the other calls do not wait for it.
-                return large.write(self.store, self.rollout_id, self.exchange, category)
-            return self._append(self.exchange, category)
-        except Exception as exc:
-            self._failed(exc)
-            return None
-        finally:
-            self._unmark()
-
-    def _append(self, exchange: Exchange, category: str | None) -> int:
-        try:
-            return append_exchange(self.store, self.rollout_id, exchange, category)
-        except CaptureStoreError as exc:
-            writer = self.owner.writer
-            if writer is None or not out_of_descriptors(exc):
-                raise
-            # Out of descriptors: free the spare one and try once more.
-            return writer.with_spare_descriptor(
-                lambda: append_exchange(self.store, self.rollout_id, exchange, category)
-            )
-
-    def _failed(self, exc: Exception) -> None:
-        exchange, writer = self.exchange, self.owner.writer
-        cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
-        reason = os_reason(cause) if isinstance(cause, OSError) else str(exc)
-        limited.warning("capture-failed", "capture of call %s in rollout %s failed: %s",
-                        exchange.model_call_id, self.rollout_id, reason)  # fmt: skip
-        if writer is not None:
-            failure = CaptureFailure(
-                rollout_id=self.rollout_id, model_call_id=exchange.model_call_id,
-                dialect=exchange.dialect, started_at=exchange.started_at, failed_at=time.time(),
-                reason=reason, writer=writer.token,
-            )  # fmt: skip
-            _guard(lambda: writer.record_failure(failure), "log the capture failure")
-        _guard(lambda: self.store.mark_incomplete(self.rollout_id), "mark it incomplete")
-
-    def _unmark(self) -> None:
-        writer, call_id = self.owner.writer, self.exchange.model_call_id
-        if writer is not None:
-            _guard(lambda: writer.unmark(self.rollout_id, call_id), "clear its marker")
-        else:
-            _guard(lambda: unmark_pending(self.store.root, self.rollout_id, call_id),
-                   "clear its marker")  # fmt: skip
-
-    async def _release(self, send: Send) -> None:
-        if self.lookahead is not None:
-            await send(self.lookahead)
-            self.lookahead = None
-        for message in self.held:
-            await send(message)
-        self.held.clear()
-
-
-def _guard(action: Callable[[], object], what: str) -> None:
-    """Capture bookkeeping must never break serving: failures are logged, not raised."""
-    try:
-        action()
-    except (OSError, CaptureError, ValueError) as exc:
-        limited.warning(what, "could not %s: %s", what, exc)
