@@ -114,6 +114,7 @@ ALLOWED_COLUMNS: Final[Mapping[str, tuple[str, ...]]] = {
         "model_call_id",
         "call_index",
         "tool_index",
+        "choice_index",
         "call_id",
         "type",
         "name",
