@@ -9,6 +9,7 @@ exit code 0.
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import socket
 from collections.abc import Iterator
@@ -80,8 +81,12 @@ def run_server(
         date_header=not proxy,
         **options,
     )
-    # uvicorn set up its loggers above; no message may flood them (nor the root's handlers).
-    install_rate_limit("uvicorn", "uvicorn.error", "uvicorn.access")
+    # uvicorn set up its loggers above (at WARNING): an access log asked for needs INFO.
+    if options.get("access_log"):
+        logging.getLogger("uvicorn.access").setLevel(logging.INFO)
+    # No message may flood the logs (uvicorn's handlers or the root's); the access log, when
+    # asked for, is one line per request by design and is left alone.
+    install_rate_limit("uvicorn", "uvicorn.error")
     _GracefulServer(config).run(sockets=[sock])
     print(f"ngcapture {name} stopped", flush=True)
     return 0
