@@ -168,12 +168,20 @@ Example:
 )
 @_label
 @click.option("--title", help="Title of the report.  [default: from the run's label]")
+@click.option(
+    "--tokens-dir",
+    type=_RUN_PATH,
+    metavar="DIR",
+    help="Token-id capture store (token_id_capture.dir): adds each rollout's store state to "
+    "the report's token-capture section.",
+)
 @_strict
 @_quiet
 def report(
     *,
     capture_dir: Path | None,
     rollouts: Path | None,
+    tokens_dir: Path | None,
     out: Path,
     label: str | None,
     title: str | None,
@@ -184,7 +192,9 @@ def report(
     from ngcapture_viz import open_run, write_report
 
     with _reading(strict=strict):
-        run = open_run(capture_dir, rollouts, label=label, progress=not quiet)
+        run = open_run(
+            capture_dir, rollouts, label=label, progress=not quiet, tokens_dir=tokens_dir
+        )
         path = write_report(run, out, title=title)
     print(f"report: {path.resolve()}")
     return 0

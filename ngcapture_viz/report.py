@@ -6,6 +6,8 @@ once, nothing is loaded from a CDN, and every table cell is escaped. Sections:
 * **Summary**: per run, rollouts, calls, token totals with their coverage, time span, gaps.
 * **Dashboard**: the figures and tables of :func:`ngcapture_viz.figures.dashboard.dashboard`.
 * **Gap report**: :func:`ngcapture_viz.figures.gap_report.gap_report` tables and figure.
+* **Token capture** (runs with token-id capture only): masked fraction per run with reasons
+  and store states, and the masked rollouts.
 * **Timelines**: the slowest rollouts (by ``wall_ms``), the failing ones (errors or gaps) and a
   seeded sample of ordinary ones, each drawn by :func:`ngcapture_viz.figures.timeline.timeline`.
 * **Checkpoint diff**: the frame and forest plot of a ``diff=`` when one is given.
@@ -28,9 +30,11 @@ import plotly.graph_objects as go
 import polars as pl
 
 from ngcapture_viz.display._html import Section, figure_html, page, table_html
+from ngcapture_viz.display.cards import TOKEN_CAPTURE_CAPTION
 from ngcapture_viz.figures.dashboard import dashboard
 from ngcapture_viz.figures.gap_report import gap_report
 from ngcapture_viz.figures.timeline import timeline
+from ngcapture_viz.frames.tokens import token_capture_summary
 from ngcapture_viz.run import CaptureRun, stack_runs
 
 if TYPE_CHECKING:
@@ -124,6 +128,8 @@ def render_report(
         _gaps_section(run),
         _timelines_section(run, pick_timelines(run, picks, seed=seed)),
     ]
+    if run.tokens.height:
+        sections.insert(3, _tokens_section(run))
     if diff is not None:
         sections.append(_diff_section(diff))
     generated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -258,8 +264,9 @@ def _summary_section(run: CaptureRun) -> Section:
 
 # -- dashboard, gaps, diff -----------------------------------------------------------------
 
-# Dashboard tables that only hold the points of a figure drawn above (bins, time buckets).
-_FIGURE_DATA_TABLES = frozenset({"token_histogram", "over_time"})
+# Dashboard tables that only hold the points of a figure drawn above (bins, time buckets), or
+# that have a section of their own (token capture).
+_FIGURE_DATA_TABLES = frozenset({"token_histogram", "over_time", "token_capture"})
 
 
 def _dashboard_section(run: CaptureRun) -> Section:
@@ -284,6 +291,23 @@ def _gaps_section(run: CaptureRun) -> Section:
         table_html(report.pending, caption="Pending writes"),
     ]
     return Section("gaps", "Gap report", "\n".join(parts))
+
+
+def _tokens_section(run: CaptureRun) -> Section:
+    summary = token_capture_summary(run.tokens, run.labels)
+    masked = run.tokens.filter(pl.col("masked").fill_null(False)).select(
+        pl.col("run").cast(pl.String), "rollout_id", "mask_reasons", "state", "calls",
+        "lost_calls", "incomplete",
+    )  # fmt: skip
+    body = (
+        table_html(summary, caption=TOKEN_CAPTURE_CAPTION)
+        + '<p class="note">A masked rollout is delivered with <code>mask_sample</code>: its '
+        "token ids cannot be trusted for training (a lost call, calls that do not form one "
+        "chain, nothing recorded). Its token capture stays in the store (frozen) as evidence; "
+        "delivered ones are retired. See docs/token-store.md.</p>"
+        + table_html(masked, caption="Masked rollouts")
+    )
+    return Section("tokens", "Token capture", body)
 
 
 def _diff_section(diff: CheckpointDiff) -> Section:

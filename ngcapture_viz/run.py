@@ -9,6 +9,8 @@ A run is a capture directory, a rollout JSONL file, or both. Frames:
 * ``invocations``, ``tool_executions``, ``compactions``, ``sandboxes``: the agent's own account
   of each rollout (from ``ng_trajectory`` / ``ng_agent_observations``)
 * ``perf``       one row per rollout with an ``ng_perf`` (or the reason it has none)
+* ``tokens``     one row per rollout with token-id capture: calls, lengths, masked or not and
+  why (from the records), the token store's state (``tokens_dir``)
 
 Payloads stay on disk: ``run.payload(model_call_id)`` reads one line back by its byte offset.
 """
@@ -30,6 +32,7 @@ from ngcapture_viz.frames.gaps import GAPS
 from ngcapture_viz.frames.rollouts import (
     ROLLOUTS,
 )
+from ngcapture_viz.frames.tokens import TOKENS, read_token_store, token_frame
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS
 from ngcapture_viz.interop import to_pandas, to_polars
 from ngcapture_viz.load._assemble import RunBuilder, Sources
@@ -50,7 +53,7 @@ __all__ = [
 
 PathLike = str | os.PathLike[str]
 #: The frames of a run, in order.
-FRAME_NAMES: Final = ("calls", "rollouts", "gaps", "tool_calls", *EVIDENCE_FRAMES)
+FRAME_NAMES: Final = ("calls", "rollouts", "gaps", "tool_calls", *EVIDENCE_FRAMES, "tokens")
 
 
 class CaptureRun:
@@ -61,6 +64,9 @@ class CaptureRun:
         calls, rollouts, gaps, tool_calls: the frames (see ``docs/frames.md``).
         invocations, tool_executions, compactions, sandboxes, perf: the agent-side frames
             (empty when the rollout records carry no such evidence).
+        tokens: token-id capture per rollout (empty without delivered records or a token
+            store; see ``ngcapture_viz.frames.tokens``).
+        tokens_dir: the token store read (``open_run(tokens_dir=...)``), if any.
         index_stats: what refreshing the sidecar index did (``None`` without a store).
         capture_dir, rollouts_path, failures_path: where the data came from (``failures_path``:
             the collector's ``<stem>_failures.jsonl``, read when it was there).
@@ -81,8 +87,12 @@ class CaptureRun:
         index_stats: IndexStats | None = None,
         runs: Mapping[str, CaptureRun] | None = None,
         evidence: Mapping[str, pl.DataFrame] | None = None,
+        tokens: pl.DataFrame | Any | None = None,
+        tokens_dir: Path | None = None,
     ) -> None:
         self.label = label
+        self.tokens = to_polars(tokens, TOKENS) if tokens is not None else token_frame(label, [])
+        self.tokens_dir = tokens_dir
         evidence = evidence or evidence_frames(label, [])
         self.invocations = evidence["invocations"]
         self.tool_executions = evidence["tool_executions"]
@@ -230,6 +240,7 @@ def open_run(
     index_dir: PathLike | None = None,
     workers: int | None = None,
     progress: bool | None = None,
+    tokens_dir: PathLike | None = None,
 ) -> CaptureRun:
     """Open a run from a capture directory, a rollout JSONL file, or both.
 
@@ -242,6 +253,9 @@ def open_run(
         index_dir: where the index lives (default: beside the store, or the user cache).
         workers: processes for a cold build (default: every core).
         progress: show a progress bar (default: in terminals only, never in notebooks).
+        tokens_dir: the token-id capture store (``token_id_capture.dir``): adds each
+            rollout's store state, lost calls and, while they exist, entry lengths to the
+            ``tokens`` frame (which the rollout file's delivery records fill on their own).
 
     Raises:
         SourceError: neither source given, or one does not exist.
@@ -259,6 +273,11 @@ def open_run(
     )
     if label is None:
         label = _default_label(sources)
+    store_rows = None
+    if tokens_dir is not None:
+        if not Path(tokens_dir).is_dir():
+            raise SourceError(f"token store {str(Path(tokens_dir).absolute())!r} does not exist")
+        store_rows = read_token_store(tokens_dir)
     builder = RunBuilder(label, sources)
     # Listing and assembly allocate tens of thousands of short-lived containers; the cyclic
     # collector would only rescan them (measured: ~20% of a warm open).
@@ -271,10 +290,13 @@ def open_run(
                 progress=progress,
             )
         evidence = None
+        token_records: list[tuple[str, Any]] = []
         if sources.rollouts is not None:
             source = read_rollouts(sources.rollouts)
             builder.read_rollouts(source)
             evidence = evidence_frames(label, _last_records(source))
+            last = {record.rollout_id: record for record in source.records}
+            token_records = [(rid, record.tokens) for rid, record in last.items()]
             failures = read_failures(failures_file(sources.rollouts))
             if failures is not None:
                 builder.read_failures(failures)
@@ -290,6 +312,8 @@ def open_run(
         failures_path=builder.failures.source.path if builder.failures is not None else None,
         index_stats=builder.index_stats,
         evidence=evidence,
+        tokens=token_frame(label, token_records, store_rows),
+        tokens_dir=Path(tokens_dir).absolute() if tokens_dir is not None else None,
     )
     if strict and run.gaps.height:
         first = run.gaps.row(0, named=True)
@@ -324,12 +348,14 @@ def open_runs(
     index: bool = True,
     workers: int | None = None,
     progress: bool | None = None,
+    tokens_dirs: Mapping[str, PathLike] | None = None,
 ) -> CaptureRun:
     """Open several runs and stack their frames; the ``run`` column tells them apart.
 
     Args:
         runs: label → ``(capture_dir, rollouts)`` (a tuple or list; either may be ``None``) or
             a capture dir.
+        tokens_dirs: label → the run's token-id capture store (see ``open_run``).
 
     Example:
         >>> both = open_runs({"ckpt-100": ("a/model-calls", "a/rollouts.jsonl"),  # doctest: +SKIP
@@ -344,6 +370,7 @@ def open_runs(
         opened[label] = open_run(
             capture_dir,
             rollouts,
+            tokens_dir=(tokens_dirs or {}).get(label),
             label=label,
             strict=strict,
             index=index,
@@ -390,6 +417,7 @@ def stack_runs(runs: Sequence[CaptureRun]) -> CaptureRun:
         tool_calls=stacked("tool_calls"),
         runs=members,
         evidence={name: stacked(name) for name in EVIDENCE_FRAMES},
+        tokens=stacked("tokens"),
     )
 
 

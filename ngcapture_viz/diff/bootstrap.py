@@ -258,8 +258,9 @@ class Sample:
     """The part of one run a comparison uses.
 
     Attributes:
-        rollouts: ``rollout_id``, ``cluster`` (UInt32 task number), ``num_gaps`` and the
-            ``ng_perf`` parts (``metrics.PERF_PARTS``; null: the rollout has none).
+        rollouts: ``rollout_id``, ``cluster`` (UInt32 task number), ``num_gaps``, the
+            ``ng_perf`` parts (``metrics.PERF_PARTS``; null: the rollout has none) and the
+            token-capture verdict (``metrics.TOKEN_PARTS``; null: none).
         calls: the calls of those rollouts (calls-frame columns; others are ignored).
         n_clusters: how many tasks; clusters are numbered ``0 .. n_clusters - 1``.
     """

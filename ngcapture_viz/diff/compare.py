@@ -44,7 +44,7 @@ from ngcapture_viz.diff.bootstrap import (
     holm,
 )
 from ngcapture_viz.diff.gate import assert_no_regression
-from ngcapture_viz.diff.metrics import PERF_PARTS
+from ngcapture_viz.diff.metrics import PERF_PARTS, TOKEN_PARTS
 from ngcapture_viz.diff.pairing import pair_key, rollout_keys, unmatched, with_units
 from ngcapture_viz.diff.render import diff_figure, format_diff
 
@@ -242,8 +242,8 @@ def diff(
     tasks_a = sorted(set(kept_a["task"]))
     tasks_b = tasks_a if paired else sorted(set(kept_b["task"]))
     estimates = estimate(
-        _sample(first.calls, kept_a, tasks_a, first.perf),
-        _sample(second.calls, kept_b, tasks_b, second.perf),
+        _sample(first.calls, kept_a, tasks_a, first.perf, first.tokens),
+        _sample(second.calls, kept_b, tasks_b, second.perf, second.tokens),
         chosen,
         paired=paired,
         n_boot=n_boot,
@@ -306,7 +306,11 @@ def _chosen(metrics: Sequence[str] | None) -> list[Metric]:
 
 
 def _sample(
-    calls: pl.DataFrame, kept: pl.DataFrame, tasks: list[str], perf: pl.DataFrame
+    calls: pl.DataFrame,
+    kept: pl.DataFrame,
+    tasks: list[str],
+    perf: pl.DataFrame,
+    tokens: pl.DataFrame,
 ) -> Sample:
     numbers = pl.DataFrame(
         {"task": tasks, CLUSTER: range(len(tasks))},
@@ -315,6 +319,8 @@ def _sample(
     rollouts = kept.join(numbers, on="task").select("rollout_id", CLUSTER, "num_gaps")
     parts = perf.select("rollout_id", *PERF_PARTS).unique("rollout_id", keep="last")
     rollouts = rollouts.join(parts, on="rollout_id", how="left", maintain_order="left")
+    verdicts = tokens.select("rollout_id", *TOKEN_PARTS).unique("rollout_id", keep="last")
+    rollouts = rollouts.join(verdicts, on="rollout_id", how="left", maintain_order="left")
     mine = calls.join(rollouts.select("rollout_id"), on="rollout_id", how="semi")
     return Sample(rollouts, mine, len(tasks))
 

@@ -21,7 +21,7 @@ import polars as pl
 
 from ngcapture_viz.frames.calls import is_truncated
 
-__all__ = ["METRICS", "PERF_PARTS", "ROLLOUT_PARTS", "Metric"]
+__all__ = ["METRICS", "PERF_PARTS", "ROLLOUT_PARTS", "TOKEN_PARTS", "Metric"]
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,11 @@ ROLLOUT_PARTS: Final = [
 #: The ``perf`` frame columns joined to each rollout for the ``ng_perf`` metrics.
 PERF_PARTS: Final = ("wall_time_ms", "model_time_ms", "tool_time_ms", "overhead_time_ms")
 _HAS_PERF: Final = pl.col("wall_time_ms").is_not_null() & (pl.col("wall_time_ms") > 0)
+
+
+#: The ``tokens`` frame columns joined to each rollout for the token-capture metrics.
+TOKEN_PARTS: Final = ("masked",)
+_HAS_VERDICT: Final = pl.col("masked").is_not_null()
 
 
 def _perf_share(column: str, name: str, meaning: str) -> Metric:
@@ -219,5 +224,14 @@ METRICS: Final[tuple[Metric, ...]] = (
         "overhead_time_ms",
         "overhead_share",
         "Mean share of a rollout's wall time with neither: harness overhead (ng_perf).",
+    ),
+    Metric(
+        "masked_rate",
+        "rollout",
+        "share",
+        "Share of rollouts delivered with token-id capture that were masked (mask_sample), "
+        "over rollouts with a token-capture verdict.",
+        pl.when(_HAS_VERDICT).then(pl.col("masked").cast(pl.Int64)).otherwise(0),
+        _HAS_VERDICT.cast(pl.Int64),
     ),
 )

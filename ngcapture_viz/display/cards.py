@@ -42,6 +42,10 @@ __all__ = [
 ]
 
 #: Scoped style of every card (``.ngc``): readable in light and dark JupyterLab themes.
+TOKEN_CAPTURE_CAPTION: Final = (
+    "Token-id capture: rollouts delivered, masked (not to be trained on) and why, and the "
+    "token store's states"
+)
 CSS: Final = """
 .ngc { font: 13px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 100%; }
 .ngc h3 { font-size: 15px; margin: 4px 0 6px; }
@@ -223,6 +227,9 @@ def dashboard_html(dash: Dashboard, *, plotlyjs: bool = False) -> str:
         + ". Tables behind them: <code>.tables</code>; one figure: <code>.figures[name]</code>."
         "</p>" + figure_grid(list(dash.figures.items()), plotlyjs=plotlyjs)
     )
+    tokens = dash.tables.get("token_capture")
+    if tokens is not None:  # token-id capture: how much of each run may not be trained on
+        body += table_html(tokens, caption=TOKEN_CAPTURE_CAPTION, wrap=["mask_reasons"])
     return card(body)
 
 

@@ -30,6 +30,7 @@ from ngcapture_viz.figures.reward import REWARD_METRICS, reward_figure
 from ngcapture_viz.figures.style import run_colors
 from ngcapture_viz.figures.time_split import time_split, time_split_figure
 from ngcapture_viz.figures.tokens import token_figure
+from ngcapture_viz.frames.tokens import token_capture_summary
 from ngcapture_viz.run import CaptureRun, stack_runs
 from ngcapture_viz.stats import (
     DEFAULT_BY,
@@ -69,7 +70,9 @@ class Dashboard:
             ``time`` (where the rollouts' wall time goes, from ``ng_perf``).
         tables: ``latency``, ``latency_distribution``, ``tokens``, ``throughput``, ``errors``,
             ``token_histogram``, ``over_time`` (see ``ngcapture_viz.stats``), ``time_split``
-            (``ngcapture_viz.figures.time_split``).
+            (``ngcapture_viz.figures.time_split``) and, when the run has token-id capture,
+            ``token_capture`` (masked fraction per run with reasons and store states:
+            ``ngcapture_viz.frames.tokens.token_capture_summary``).
     """
 
     figures: dict[str, go.Figure] = field(default_factory=dict)
@@ -114,6 +117,8 @@ def dashboard(
         "over_time": calls_over_time(calls, interval=interval),
         "time_split": time_split(run.perf),
     }
+    if run.tokens.height:
+        tables["token_capture"] = token_capture_summary(run.tokens, runs)
     figures = {
         "tokens": token_figure(tables["token_histogram"], coverage(calls), runs),
         "latency": latency_figure(

@@ -471,7 +471,8 @@ def test_to_parquet_round_trips_every_frame(capture_dir: Path, tmp_path: Path) -
     run = ngv.open_run(capture_dir, index=False)
     written = run.write_frames(tmp_path / "out")
     assert sorted(written) == ["calls", "compactions", "gaps", "invocations", "perf",
-                               "rollouts", "sandboxes", "tool_calls", "tool_executions"]  # fmt: skip
+                               "rollouts", "sandboxes", "tokens", "tool_calls",
+                               "tool_executions"]  # fmt: skip
     for name, path in written.items():
         back = pl.read_parquet(path)
         assert_frame_equal(back, getattr(run, name), categorical_as_str=True)

@@ -33,7 +33,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> ngv.CaptureRun:
 def test_to_pandas_round_trips_every_frame_its_columns_and_nulls(run: ngv.CaptureRun) -> None:
     frames = run.to_pandas()
     assert list(frames) == ["calls", "rollouts", "gaps", "tool_calls", "invocations",
-                            "tool_executions", "compactions", "sandboxes", "perf"]  # fmt: skip
+                            "tool_executions", "compactions", "sandboxes", "perf",
+                            "tokens"]  # fmt: skip
     for name, pdf in frames.items():
         original = getattr(run, name)
         assert isinstance(pdf, pd.DataFrame)
