@@ -28,6 +28,7 @@ from capture_core import (
 )
 from ngcapture_viz.exceptions import RolloutFileWarning, SourceError
 from ngcapture_viz.frames.gaps import AnalysisGap, GapRows
+from ngcapture_viz.frames.tokens import compact_tokens
 from ngcapture_viz.load.evidence import compact_evidence
 
 __all__ = ["RolloutRecord", "RolloutSource", "read_rollouts"]
@@ -55,6 +56,8 @@ class RolloutRecord:
     attachment_unreadable: bool = False
     #: The agent-side evidence, payload-free (``load.evidence.compact_evidence``).
     evidence: dict[str, Any] | None = None
+    #: Token-id capture delivery, lengths only (``frames.tokens.compact_tokens``).
+    tokens: dict[str, Any] | None = None
 
 
 @dataclass
@@ -170,6 +173,7 @@ def _read_line(
             attachment=attachment,
             attachment_unreadable=problem is not None,
             evidence=compact_evidence(row),
+            tokens=compact_tokens(row),
         )
     )
     return None
