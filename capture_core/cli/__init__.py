@@ -45,7 +45,7 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     ),
     "sweep": (
         "capture_core.cli.sweep:sweep",
-        "Remove pending marks of dead capture servers; name the calls lost.",
+        "Clear pending marks of dead servers; name the calls they lost.",
     ),
     "index": (
         "ngcapture_viz.cli:index",
@@ -62,6 +62,10 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     "export-wandb": (
         "ngcapture_viz.cli:export_wandb",
         "Log payload-free tables of a run to Weights & Biases.",
+    ),
+    "watch": (
+        "ngcapture_viz.cli_watch:watch",
+        "Follow a training run; log its new calls and rollouts to W&B.",
     ),
 }
 
