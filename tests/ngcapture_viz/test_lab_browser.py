@@ -1,4 +1,4 @@
-"""The notebooks in a real JupyterLab, in headless Debian Chromium (one server per session).
+"""The notebooks in a real JupyterLab, in headless Debian Chromium (one server for all tests).
 
 Each notebook runs all its cells with no error output and no console error; every result
 object renders as HTML (checked in the DOM); the live dashboard draws its six figures, and its
@@ -56,19 +56,19 @@ _DOM = """() => {
 }"""
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     with running_lab(tmp_path_factory.mktemp("jupyterlab")) as running:
         yield running
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(lab: Lab) -> Iterator[Browser]:
     with chromium(offline_except=lab.url) as opened:
         yield opened
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def executed(lab: Lab, browser: Browser) -> dict[str, tuple[list[dict[str, Any]], dict[str, Any]]]:
     """Each notebook run once in JupyterLab (and saved): its code cells and the DOM facts."""
     results = {}
