@@ -3,7 +3,7 @@
 :mod:`ngcapture_viz.export.columns` decides what may leave the machine,
 :mod:`ngcapture_viz.export.tables` builds the tables and writes Parquet, and
 :mod:`ngcapture_viz.export.wandb` logs them to Weights & Biases (``wandb`` is imported only
-when called).
+when called), and :mod:`ngcapture_viz.export.watch` logs a growing run's new rows as it trains.
 """
 
 from ngcapture_viz.export.columns import ALLOWED_COLUMNS, DIGEST_COLUMNS, PAYLOAD_COLUMNS
@@ -21,6 +21,7 @@ from ngcapture_viz.export.wandb import (
     export_to_wandb,
     wandb_table_data,
 )
+from ngcapture_viz.export.watch import LiveExport, PollResult, watch
 
 __all__ = [
     "ALLOWED_COLUMNS",
@@ -28,6 +29,8 @@ __all__ = [
     "PAYLOAD_COLUMNS",
     "WANDB_MAX_ROWS",
     "ExportResult",
+    "LiveExport",
+    "PollResult",
     "RunOrRuns",
     "as_run",
     "cap_rows",
@@ -36,4 +39,5 @@ __all__ = [
     "summary_metrics",
     "to_parquet",
     "wandb_table_data",
+    "watch",
 ]
