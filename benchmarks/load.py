@@ -5,10 +5,15 @@ imported: import time is excluded, file pages may be cached) and the peak RSS is
 own. The alternatives read the same files into the columns they *can* produce with an explicit
 schema (ids, dialect, timestamps, latencies, status, error category, model, prompt and output
 tokens, file name); `open_run` produces all of those plus normalized reasoning and cache tokens,
-finish reasons, tool calls, outcomes, byte offsets for lazy payloads, and gap rows.
+finish reasons, tool calls, outcomes, byte offsets for lazy payloads, and gap rows. Two floors:
+reading every file's bytes, and reading them plus decoding each line's envelope with the
+fastest decoder we found (msgspec into a typed struct, the bodies skipped).
 
-Store size: ``NGCAPTURE_BENCH_LOAD_MB`` (default 250, ``--quick`` 24), grown to 1×, 2× and 4×.
-Stores are generated once under ``results/bench/load/`` and reused.
+Stores (``NGCAPTURE_BENCH_LOAD_SIZES``, MB, default ``50,250,1000,10000``; ``--quick``
+``24,48``) are written once under ``results/bench/load/`` and reused: lines of a fixed base set
+(``CaptureLineFactory``, ~5.3 KB a line, 1–9 calls per rollout) with fresh call ids, carrying
+the ``ngcapture_facts`` our server writes; one more store of the first size above 200 MB is
+written without facts (as another writer, e.g. NeMo Gym, would write it).
 """
 
 from __future__ import annotations
@@ -23,10 +28,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import orjson
+
+from capture_core.facts import FACTS_KEY, call_facts
 from capture_core.testing import CaptureLineFactory
 
 ROOT = Path("results/bench/load")
 STAMP = "complete.json"
+BASE_LINES = 12_000
 
 _SNIPPETS = {
     "open_run cold": """
@@ -38,7 +47,7 @@ t = time.perf_counter()
 run = open_run(STORE)
 seconds = time.perf_counter() - t
 extra = {"rows": run.calls.height, "bytes_parsed": run.index_stats.bytes_parsed,
-         "workers": run.index_stats.workers}
+         "decoded": run.index_stats.decoded}
 """,
     "open_run warm": """
 import time
@@ -56,6 +65,55 @@ run = open_run(STORE)
 seconds = time.perf_counter() - t
 extra = {"rows": run.calls.height, "bytes_parsed": run.index_stats.bytes_parsed,
          "appended_files": run.index_stats.appended}
+""",
+    "floor: read the bytes": """
+import os, time
+t = time.perf_counter()
+total = 0
+fd_dir = os.open(STORE, os.O_RDONLY | os.O_DIRECTORY)
+for name in os.listdir(fd_dir):
+    if name.endswith(".capture.jsonl"):
+        fd = os.open(name, os.O_RDONLY, dir_fd=fd_dir)
+        total += len(os.pread(fd, os.fstat(fd).st_size, 0))
+        os.close(fd)
+os.close(fd_dir)
+seconds = time.perf_counter() - t
+extra = {"rows": 0, "bytes": total}
+""",
+    "floor: read + decode envelopes": """
+import os, time
+import msgspec
+class Ref(msgspec.Struct):
+    name: str
+    type: str = "responses_api_models"
+class Envelope(msgspec.Struct):
+    model_call_id: str
+    dialect: str
+    model_ref: Ref | None = None
+    started_at: float | None = None
+    completed_at: float | None = None
+    latency_ms: float | None = None
+    latency_ttft_ms: float | None = None
+    status_code: int | None = None
+    error_category: str | None = None
+decode = msgspec.json.Decoder(Envelope).decode
+t = time.perf_counter()
+rows = 0
+fd_dir = os.open(STORE, os.O_RDONLY | os.O_DIRECTORY)
+for name in os.listdir(fd_dir):
+    if name.endswith(".capture.jsonl"):
+        fd = os.open(name, os.O_RDONLY, dir_fd=fd_dir)
+        data = os.pread(fd, os.fstat(fd).st_size, 0)
+        os.close(fd)
+        view = memoryview(data)
+        start = 0
+        while (end := data.find(b"\\n", start)) >= 0:
+            decode(view[start:end])
+            rows += 1
+            start = end + 1
+os.close(fd_dir)
+seconds = time.perf_counter() - t
+extra = {"rows": rows}
 """,
     "polars scan_ndjson": """
 import time
@@ -110,24 +168,53 @@ print(json.dumps({{"seconds": seconds, "peak_mb": peak, **extra}}))
 """
 
 
-def build_store(path: Path, target_bytes: int, *, seed: int = 1) -> dict[str, Any]:
-    """Write a store of about ``target_bytes`` of realistic lines (reused when complete)."""
+def _base_lines() -> list[dict[str, Any]]:
+    """The base set every store is made of (generated once, cached)."""
+    path = ROOT / "base-lines.jsonl"
+    if not path.is_file():
+        ROOT.mkdir(parents=True, exist_ok=True)
+        factory = CaptureLineFactory(seed=1)
+        data = b"".join(line.to_jsonl() for line in factory.lines(BASE_LINES))
+        path.with_suffix(".tmp").write_bytes(data)
+        path.with_suffix(".tmp").replace(path)
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+
+
+def build_store(
+    path: Path, target_bytes: int, *, facts: bool = True, seed: int = 1
+) -> dict[str, Any]:
+    """Write a store of about ``target_bytes`` (reused when complete).
+
+    Lines are the base lines in turn, each with a fresh ``model_call_id``; with ``facts``, each
+    carries the ``ngcapture_facts`` the capture server computes for it.
+    """
     stamp = path / STAMP
     if stamp.is_file():
         return dict(json.loads(stamp.read_text()))
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
-    factory = CaptureLineFactory(seed=seed)
+    encoded = []
+    for line in _base_lines():
+        if facts:
+            line[FACTS_KEY] = call_facts(line["dialect"], line["request"], line["response"])
+        line["model_call_id"] = "0" * 32
+        encoded.append(orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE))
+    prefix = len(b'{"model_call_id":"')
     rng = random.Random(seed)
     total = calls = rollouts = 0
     while total < target_bytes:
         count = rng.randint(1, 9)
-        data = b"".join(line.to_jsonl() for line in factory.lines(count))
+        parts = []
+        for _ in range(count):
+            base = encoded[calls % len(encoded)]
+            call_id = f"{seed:08x}{calls:024x}".encode()
+            parts.append(base[:prefix] + call_id + base[prefix + 32 :])
+            calls += 1
+        data = b"".join(parts)
         (path / f"{rollouts // 8}-{rollouts % 8}.capture.jsonl").write_bytes(data)
         total += len(data)
-        calls += count
         rollouts += 1
-    info = {"bytes": total, "calls": calls, "rollouts": rollouts}
+    info = {"bytes": total, "calls": calls, "rollouts": rollouts, "facts": facts}
     stamp.write_text(json.dumps(info))
     return info
 
@@ -170,50 +257,79 @@ def _restore(original: dict[Path, int]) -> None:
         os.truncate(path, size)
 
 
+_VARIANTS = (
+    "floor: read the bytes",
+    "floor: read + decode envelopes",
+    "polars scan_ndjson",
+    "duckdb read_json",
+    "open_run cold",
+)
+
+
+def _sizes(quick: bool) -> list[int]:
+    default = "24,48" if quick else "50,250,1000,10000"
+    return [int(size) for size in os.environ.get("NGCAPTURE_BENCH_LOAD_SIZES", default).split(",")]
+
+
 def run(*, quick: bool = False) -> list[dict[str, Any]]:
-    base_mb = int(os.environ.get("NGCAPTURE_BENCH_LOAD_MB", "24" if quick else "250"))
-    repeats = 1 if quick else 3
     rows: list[dict[str, Any]] = []
-    for factor in (1, 2) if quick else (1, 2, 4):
-        store = ROOT / f"store-{base_mb * factor}mb"
-        info = build_store(store, base_mb * factor * 1_000_000)
+    sizes = _sizes(quick)
+    plan = [(size, True) for size in sizes]
+    foreign = next((size for size in sizes if size >= 200), None)
+    if foreign is not None:
+        plan.append((foreign, False))
+    for size, facts in plan:
+        # The largest store: one sample of each cold variant (minutes each), three warm ones.
+        repeats = 1 if quick or size >= 5000 else 3
+        name = f"store-{size}mb" if facts else f"store-{size}mb-nofacts"
+        store = ROOT / name
+        print(f"load: {name}", file=sys.stderr, flush=True)
+        info = build_store(store, size * 1_000_000, facts=facts)
         megabytes = info["bytes"] / 1e6
         results: dict[str, list[dict[str, Any]]] = {}
-        for variant in ("polars scan_ndjson", "duckdb read_json", "open_run cold"):
+        variants = _VARIANTS if facts else ("polars scan_ndjson", "open_run cold")
+        for variant in variants:
             results[variant] = [_measure(variant, store) for _ in range(repeats)]
-        results["open_run warm"] = [_measure("open_run warm", store) for _ in range(repeats)]
+        if not facts:
+            rows += _rows(info, megabytes, "no facts", results)
+            continue
+        results["open_run warm"] = [_measure("open_run warm", store) for _ in range(3)]
         increments: list[dict[str, Any]] = []
         originals: dict[Path, int] = {}
-        for n in range(repeats):
+        for n in range(3 if not quick else 1):
             _measure("open_run warm", store)  # the index is up to date before appending
             added, original = _append_one_percent(store, info, seed=n)
-            for path, size in original.items():
-                originals.setdefault(path, size)
+            for path, size_before in original.items():
+                originals.setdefault(path, size_before)
             increments.append({**_measure("open_run +1% calls", store), "appended_bytes": added})
+            _restore(original)
         results["open_run +1% calls"] = increments
         _restore(originals)
-        rows += _rows(info, megabytes, factor, results)
+        _measure("open_run warm", store)  # leave the index matching the store
+        rows += _rows(info, megabytes, "facts", results)
     return rows
 
 
 def _rows(
-    info: dict[str, Any], megabytes: float, factor: int, results: dict[str, list[dict[str, Any]]]
+    info: dict[str, Any], megabytes: float, kind: str, results: dict[str, list[dict[str, Any]]]
 ) -> list[dict[str, Any]]:
     reference = statistics.median(r["seconds"] for r in results["polars scan_ndjson"])
     out = []
     for variant, samples in results.items():
         seconds = statistics.median(r["seconds"] for r in samples)
         peak = max(r["peak_mb"] for r in samples)
-        detail = f"{megabytes:,.0f} MB store ({factor}×), peak RSS {peak:,.0f} MB"
+        detail = f"{megabytes:,.0f} MB, {info['rollouts']:,} files, {kind}; peak RSS {peak:,.0f} MB"
+        detail += f"; {len(samples)} sample(s)"
         if variant == "open_run +1% calls":
             parsed = statistics.median(r["bytes_parsed"] for r in samples)
             appended = statistics.median(r["appended_bytes"] for r in samples)
-            detail += f", parsed {parsed / 1e6:.2f} MB of {appended / 1e6:.2f} MB appended"
+            detail += f"; parsed {parsed / 1e6:.2f} MB of {appended / 1e6:.2f} MB appended"
         if variant == "open_run cold":
-            detail += f", {samples[0].get('workers', 1)} worker(s)"
+            detail += f"; lines read by {samples[0].get('decoded')}"
         out.append(
             {
-                "benchmark": f"load {megabytes:,.0f} MB",
+                "benchmark": f"load {megabytes:,.0f} MB"
+                + ("" if kind == "facts" else " (no facts)"),
                 "variant": variant,
                 "n": info["calls"],
                 "median_s": seconds,

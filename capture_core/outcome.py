@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any, Final
 
-from capture_core.dialects import TerminalKind, extract_response
+from capture_core.dialects import ResponseFacts, TerminalKind, extract_response
 from capture_core.records import ErrorCategory
 
 __all__ = ["classify_exception", "classify_outcome", "classify_response", "classify_status"]
@@ -60,14 +60,19 @@ def classify_exception(exc: BaseException) -> ErrorCategory:
     return ErrorCategory.EXCEPTION
 
 
-def classify_response(dialect: str | None, response: Mapping[str, Any]) -> ErrorCategory | None:
+def classify_response(
+    dialect: str | None, response: Mapping[str, Any], *, facts: ResponseFacts | None = None
+) -> ErrorCategory | None:
     """What a final response object says about how the call ended.
+
+    ``facts``: the response's facts when the caller has them already (not read again).
 
     Example:
         >>> classify_response("chat", {"choices": [{"finish_reason": "length"}]})
         <ErrorCategory.INCOMPLETE: 'incomplete'>
     """
-    facts = extract_response(dialect, response)
+    if facts is None:
+        facts = extract_response(dialect, response)
     if facts.response_status == "failed" or response.get("type") == "error":
         return ErrorCategory.UPSTREAM_ERROR
     if facts.response_status is None and response.get("error"):
@@ -85,6 +90,7 @@ def classify_outcome(
     response: Mapping[str, Any] | None,
     body_empty: bool,
     dialect: str | None = None,
+    facts: ResponseFacts | None = None,
 ) -> ErrorCategory | None:
     """The category of a call that returned (the exception path uses classify_exception).
 
@@ -95,6 +101,7 @@ def classify_outcome(
         response: the body read (or the stream reassembled) as a JSON object, if it was.
         body_empty: whether the response body was empty.
         dialect: the call's dialect, to read ``response``.
+        facts: ``response``'s facts, when the caller has read them already.
     """
     by_status = classify_status(status)
     if by_status is not None:
@@ -107,4 +114,4 @@ def classify_outcome(
         return ErrorCategory.STREAM_TRUNCATED
     if response is None:
         return None if body_empty else ErrorCategory.CAPTURE_PARSE_ERROR
-    return classify_response(dialect, response)
+    return classify_response(dialect, response, facts=facts)

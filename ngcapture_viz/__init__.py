@@ -66,6 +66,7 @@ from ngcapture_viz.run import (
     open_run,
     open_runs,
     rollouts_df,
+    scan_calls,
     stack_runs,
     tool_calls_df,
 )
@@ -120,6 +121,7 @@ __all__ = [
     "pick_timelines",
     "render_report",
     "rollouts_df",
+    "scan_calls",
     "stack_runs",
     "summary_metrics",
     "throughput_summary",

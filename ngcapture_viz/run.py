@@ -36,9 +36,10 @@ from ngcapture_viz.frames.tokens import TOKENS, read_token_store, token_frame
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS
 from ngcapture_viz.interop import to_pandas, to_polars
 from ngcapture_viz.load._assemble import RunBuilder, Sources
+from ngcapture_viz.load._index_files import table_paths
 from ngcapture_viz.load.evidence import EVIDENCE_FRAMES, evidence_frames
 from ngcapture_viz.load.failures import failures_file, read_failures
-from ngcapture_viz.load.index import IndexStats
+from ngcapture_viz.load.index import CaptureIndex, IndexStats
 from ngcapture_viz.load.rollouts import RolloutSource, read_rollouts
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "open_run",
     "open_runs",
     "rollouts_df",
+    "scan_calls",
     "tool_calls_df",
 ]
 
@@ -241,6 +243,7 @@ def open_run(
     workers: int | None = None,
     progress: bool | None = None,
     tokens_dir: PathLike | None = None,
+    verify: bool = False,
 ) -> CaptureRun:
     """Open a run from a capture directory, a rollout JSONL file, or both.
 
@@ -251,8 +254,12 @@ def open_run(
         strict: raise ``DamagedSourceError`` when any gap is found instead of reporting it.
         index: use and refresh the sidecar Parquet index (``False``: parse in memory only).
         index_dir: where the index lives (default: beside the store, or the user cache).
-        workers: processes for a cold build (default: every core).
+        workers: accepted for compatibility and ignored: one process reads the store.
         progress: show a progress bar (default: in terminals only, never in notebooks).
+        verify: read every capture line again (the index is neither used nor saved), recompute
+            the facts our server stores in each line from its request and response bodies, use
+            the recomputed values, and report each line whose stored facts differ as a
+            ``capture_facts_differ`` gap naming the fields.
         tokens_dir: the token-id capture store (``token_id_capture.dir``): adds each
             rollout's store state, lost calls and, while they exist, entry lengths to the
             ``tokens`` frame (which the rollout file's delivery records fill on their own).
@@ -288,6 +295,7 @@ def open_run(
                 index_dir=index_dir,
                 workers=workers,
                 progress=progress,
+                verify=verify,
             )
         evidence = None
         token_records: list[tuple[str, Any]] = []
@@ -463,3 +471,43 @@ def tool_calls_df(
 ) -> pl.DataFrame:
     """The tool-calls frame of one run, optionally only ``columns``."""
     return TOOL_CALLS.select(open_run(capture_dir, rollouts, **options).tool_calls, columns)
+
+
+def scan_calls(
+    capture_dir: PathLike,
+    *,
+    label: str | None = None,
+    index_dir: PathLike | None = None,
+    progress: bool | None = None,
+) -> pl.LazyFrame:
+    """The calls of a capture store as a ``LazyFrame``: for filtering a large store first.
+
+    The sidecar index is brought up to date (appended bytes are parsed, as ``open_run``
+    does), then its Parquet tables are scanned lazily: a filter or a column selection is
+    pushed down to them, so only the rows and columns asked for are ever read into memory.
+    The rows are those of ``open_run(capture_dir).calls`` (store calls only: attachment calls
+    need the rollout file, which ``open_run`` reads).
+
+    Example:
+        >>> import polars as pl  # doctest: +SKIP
+        >>> slow = (ngv.scan_calls("results/model-calls")  # doctest: +SKIP
+        ...         .filter(pl.col("latency_total_ms") > 10_000)
+        ...         .select("rollout_id", "model_call_id", "latency_total_ms")
+        ...         .collect())
+    """
+    root = Path(capture_dir).absolute()
+    if not root.is_dir():
+        raise SourceError(f"capture directory {str(root)!r} does not exist")
+    index = CaptureIndex(root, index_dir=index_dir)
+    stats = index.refresh(progress=progress)
+    paths = table_paths(stats.location, "calls") if stats.location is not None else None
+    lazy = pl.scan_parquet(paths) if paths else index.calls.lazy()
+    name = label if label is not None else _default_label(Sources(root, None))
+    prefix = str(root) + os.sep
+    return (
+        lazy.with_columns(
+            pl.lit(name).alias("run"), pl.concat_str([pl.lit(prefix), pl.col("path")]).alias("path")
+        )
+        .select([pl.col(column).cast(dtype) for column, dtype in CALLS.polars.items()])
+        .sort("rollout_id", "call_index")
+    )

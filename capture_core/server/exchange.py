@@ -18,7 +18,8 @@ from typing import Any
 
 import orjson
 
-from capture_core.dialects import TerminalKind, reassemble_stream
+from capture_core.dialects import ResponseFacts, TerminalKind, extract_response, reassemble_stream
+from capture_core.facts import FACTS_KEY, line_facts
 from capture_core.outcome import classify_outcome
 from capture_core.records import ErrorCategory
 from capture_core.server.decoding import DecodeError, decode_body
@@ -135,6 +136,8 @@ class Exchange:
             terminal = terminal or rebuilt.terminal
         else:
             response, response_object = _embedded(response_body, objects)
+        # Read once: for the error category and for the line's facts.
+        found = extract_response(self.dialect, response_object) if response_object else None
         line: dict[str, Any] = {
             "model_call_id": self.model_call_id,
             "dialect": self.dialect,
@@ -144,7 +147,9 @@ class Exchange:
             "latency_ms": self.latency_ms,
             "latency_ttft_ms": self.ttft_ms,
             "status_code": self.status_code,
-            "error_category": self._category(failure, terminal, response_object, response_body),
+            "error_category": self._category(
+                failure, terminal, response_object, response_body, found
+            ),
             "request": request,
             "response": response,
         }
@@ -154,6 +159,10 @@ class Exchange:
             _raw(line, "response_raw", response_body)
             if self.decode_error is not None and self.content_encoding:
                 line["response_content_encoding"] = self.content_encoding
+        # Readers of our stores then read the call's row from this small object (issue 19).
+        facts = line_facts(self.dialect, request_object, response_object, found=found)
+        if facts is not None:
+            line[FACTS_KEY] = facts
         return line
 
     def _category(
@@ -162,6 +171,7 @@ class Exchange:
         terminal: TerminalKind | None,
         response: dict[str, Any] | None,
         response_body: bytes,
+        found: ResponseFacts | None = None,
     ) -> str | None:
         if self.client_disconnected:
             return ErrorCategory.CLIENT_DISCONNECTED.value
@@ -180,5 +190,6 @@ class Exchange:
             response=response,
             body_empty=not response_body,
             dialect=self.dialect,
+            facts=found,
         )
         return outcome.value if outcome else None

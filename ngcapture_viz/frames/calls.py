@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import polars as pl
 
 from capture_core import ModelCallRecord
 from ngcapture_viz.frames._columns import UTC_TIME, Column, FrameSchema
+
+if TYPE_CHECKING:
+    from ngcapture_viz.load._decode import CallValues
 
 __all__ = [
     "CALLS",
@@ -208,6 +211,61 @@ class CallColumns:
                 f["error_code"],
                 f["error_message"],
                 source,
+                path,
+                line_number,
+                byte_offset,
+                line_bytes,
+            )
+        )
+
+    def add_values(
+        self,
+        v: CallValues,
+        *,
+        rollout_id: str,
+        call_index: int,
+        path: str,
+        line_number: int,
+        byte_offset: int,
+        line_bytes: int,
+    ) -> None:
+        """Append the row of one store line read by ``load._decode`` (the fast scan path)."""
+        tools = v.tools
+        if tools:
+            row = len(self._rows)
+            self._tool_rows.extend([row] * len(tools))
+            self._tool_names.extend([tool[2] for tool in tools])
+        tokens = v.tokens
+        cached = tokens[4]
+        stream, latency, ttft = v.stream, v.latency_ms, v.ttft_ms
+        self._rows.append(
+            (
+                rollout_id,
+                call_index,
+                v.model_call_id,
+                v.response_id,
+                v.ref_type,
+                v.ref_name,
+                v.model,
+                v.dialect,
+                stream,
+                v.status_code,
+                v.response_status,
+                v.finish_reason,
+                call_outcome(v.error_category, v.finish_reason),
+                v.started_us,
+                v.completed_us,
+                latency,
+                ttft,
+                *tokens,
+                None if cached is None else cached > 0,
+                _rate(tokens[1], latency, ttft, stream),
+                len(tools),
+                v.reasoning,
+                v.error_category,
+                v.error_code,
+                v.error_message,
+                "store",
                 path,
                 line_number,
                 byte_offset,

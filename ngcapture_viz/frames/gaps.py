@@ -34,6 +34,7 @@ class AnalysisGap(StrEnum):
     CALL_NOT_IN_ATTACHMENT = "call_not_in_attachment"
     TOTALS_DIFFER = "attachment_totals_differ"
     NO_CAPTURE = "rollout_without_capture"
+    FACTS_DIFFER = "capture_facts_differ"
 
 
 GAP_MEANINGS: Final[Mapping[str, str]] = {
@@ -68,6 +69,10 @@ GAP_MEANINGS: Final[Mapping[str, str]] = {
     AnalysisGap.TOTALS_DIFFER: "the attachment's metrics differ from the store's totals",
     AnalysisGap.NO_CAPTURE: (
         "the record has no ng_model_call_capture and no store was given: its calls are unknown"
+    ),
+    AnalysisGap.FACTS_DIFFER: (
+        "a capture line's stored facts differ from its bodies (open_run verify=True); "
+        "the row holds what the bodies say"
     ),
 }
 

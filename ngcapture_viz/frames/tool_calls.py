@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 import polars as pl
 
 from capture_core import ModelCallRecord
+from capture_core.facts import tool_choice_indices
 from ngcapture_viz.frames._columns import Column, FrameSchema
+
+if TYPE_CHECKING:
+    from ngcapture_viz.load._decode import CallValues
 
 __all__ = ["TOOL_CALLS", "ToolCallColumns", "tool_choice_indices"]
 
@@ -84,39 +88,25 @@ class ToolCallColumns:
             d["arguments_parse_error"].append(tool.arguments_parse_error)
             d["source"].append(source)
 
+    def add_values(self, v: CallValues, *, rollout_id: str, call_index: int) -> None:
+        """Append one row per tool call of a store line read by ``load._decode``."""
+        d = self.data
+        for position, (call_id, kind, name, arguments, raw, failed, choice) in enumerate(v.tools):
+            d["choice_index"].append(choice)
+            d["rollout_id"].append(rollout_id)
+            d["model_call_id"].append(v.model_call_id)
+            d["call_index"].append(call_index)
+            d["tool_index"].append(position)
+            d["call_id"].append(call_id)
+            d["type"].append(kind)
+            d["name"].append(name)
+            d["arguments"].append(arguments)
+            d["arguments_raw"].append(raw)
+            d["arguments_parse_error"].append(failed)
+            d["source"].append("store")
+
     def frame(self, run: str | None = None) -> pl.DataFrame:
         data: dict[str, Any] = dict(self.data)
         data["run"] = [run] * len(self)
         return TOOL_CALLS.from_columns(data)
 
-
-def tool_choice_indices(dialect: object, response: object) -> list[int] | None:
-    """The choice of each tool call of a chat completion, in the record's order.
-
-    The chat reader lists the tool calls of every choice in choice order (``tool_calls``,
-    then a legacy ``function_call``); this walks the same choices and says which each came
-    from (the choice's ``index``, else its position). ``None`` for other dialects.
-
-    Example:
-        >>> tool_choice_indices("chat", {"choices": [
-        ...     {"index": 0, "message": {"tool_calls": [{"id": "a"}]}},
-        ...     {"index": 1, "message": {"tool_calls": [{"id": "b"}, {"id": "c"}]}}]})
-        [0, 1, 1]
-    """
-    if dialect != "chat" or not isinstance(response, Mapping):
-        return None
-    choices = response.get("choices")
-    if not isinstance(choices, list):
-        return None
-    found: list[int] = []
-    for position, choice in enumerate(c for c in choices if isinstance(c, Mapping)):
-        message = choice.get("message")
-        if not isinstance(message, Mapping):
-            continue
-        index = choice.get("index")
-        number = index if isinstance(index, int) and not isinstance(index, bool) else position
-        calls = message.get("tool_calls")
-        count = sum(1 for c in calls if isinstance(c, Mapping)) if isinstance(calls, list) else 0
-        count += isinstance(message.get("function_call"), Mapping)
-        found += [number] * count
-    return found

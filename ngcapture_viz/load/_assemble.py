@@ -79,10 +79,11 @@ class RunBuilder:
         index_dir: PathLike | None,
         workers: int | None,
         progress: bool | None,
+        verify: bool = False,
     ) -> None:
         root = self.sources.capture_dir
         assert root is not None
-        idx = CaptureIndex(root, index_dir=index_dir, workers=workers)
+        idx = CaptureIndex(root, index_dir=index_dir, workers=workers, verify=verify)
         self.index_stats = idx.refresh(progress=progress, write=index, reuse=index)
         calls, damaged = idx.frames_with_paths()
         self.store_calls = calls

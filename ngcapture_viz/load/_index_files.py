@@ -1,9 +1,13 @@
 """The files of the sidecar index: their schema, and reading and writing one generation.
 
 A generation is four Parquet files (``files``, ``calls``, ``tool_calls``, ``damaged``) named
-``<table>-<generation>.parquet``; ``meta.json`` names the current one. Writers hold ``lock``,
-write the new generation, replace ``meta.json`` atomically, then remove older generations, so
-a reader sees either the old index or the new one. Anything unreadable reads as "no index".
+``<table>-<generation>.parquet``, plus the deltas written since: four small files per delta,
+``<table>-<generation>.<delta>.parquet``, holding only the rows an append added (and the new
+state of the files it touched). ``meta.json`` names the generation and its deltas in order.
+Writers hold ``lock``, write their files, replace ``meta.json`` atomically, then (a new
+generation) remove older ones, so a reader sees either the old index or the new one. A delta
+is written only on top of the generation and deltas its writer read; anything else rewrites
+the whole generation. Anything unreadable reads as "no index".
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import orjson
 import polars as pl
@@ -25,10 +29,21 @@ from ngcapture_viz.frames.calls import CALLS
 from ngcapture_viz.frames.gaps import GAPS
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS
 
-__all__ = ["FILE_SCHEMA", "FORMAT", "IndexTables", "read_tables", "write_tables"]
+__all__ = [
+    "FILE_SCHEMA",
+    "FORMAT",
+    "MAX_DELTAS",
+    "IndexTables",
+    "read_tables",
+    "table_paths",
+    "write_delta",
+    "write_tables",
+]
 
 #: Bumped whenever a table's meaning changes: an index of another format is rebuilt.
-FORMAT: Final = 4  # 4: tool_calls.choice_index
+FORMAT: Final = 5  # 4: tool_calls.choice_index; 5: deltas
+#: Deltas kept before the next refresh folds them into a new generation.
+MAX_DELTAS: Final = 8
 TABLES: Final = ("files", "calls", "tool_calls", "damaged")
 FILE_SCHEMA: Final = pl.Schema(
     {
@@ -56,25 +71,97 @@ class IndexTables:
     calls: pl.DataFrame
     tool_calls: pl.DataFrame
     damaged: pl.DataFrame
+    #: The generation and deltas these tables were read from (empty: not read from disk).
+    generation: str = ""
+    deltas: tuple[str, ...] = ()
+
+
+def _meta(place: Path) -> dict[str, Any] | None:
+    meta = orjson.loads((place / "meta.json").read_bytes())
+    if meta.get("format") != FORMAT or meta.get("version") != _version():
+        return None
+    return dict(meta)
+
+
+def table_paths(place: Path, table: str) -> list[Path] | None:
+    """The Parquet files of one table of the current generation, deltas included, in order
+    (``None``: no readable index). For lazy scans: concatenated, they are the table, except
+    that ``files`` rows of a later delta replace earlier rows of the same name."""
+    try:
+        meta = _meta(place)
+    except (OSError, ValueError):
+        return None
+    if meta is None:
+        return None
+    generation = meta["generation"]
+    return [
+        place / f"{table}-{generation}.parquet",
+        *(place / f"{table}-{generation}.{delta}.parquet" for delta in meta.get("deltas", [])),
+    ]
 
 
 def read_tables(place: Path) -> IndexTables | None:
-    """The current generation in ``place``, or ``None`` (missing, other format or version,
-    half-deleted or unreadable: the caller rebuilds)."""
+    """The current generation in ``place`` with its deltas applied, or ``None`` (missing, other
+    format or version, half-deleted or unreadable: the caller rebuilds)."""
     try:
-        meta = orjson.loads((place / "meta.json").read_bytes())
-        if meta.get("format") != FORMAT or meta.get("version") != _version():
+        meta = _meta(place)
+        if meta is None:
             return None
         generation = meta["generation"]
-        frames = {t: pl.read_parquet(place / f"{t}-{generation}.parquet") for t in TABLES}
+        deltas = tuple(meta.get("deltas", []))
+        frames = {}
+        for table in TABLES:
+            parts = [pl.read_parquet(place / f"{table}-{generation}.parquet")]
+            parts += [
+                pl.read_parquet(place / f"{table}-{generation}.{delta}.parquet") for delta in deltas
+            ]
+            frames[table] = pl.concat(parts, how="vertical_relaxed") if deltas else parts[0]
+        files = frames["files"].cast(dict(FILE_SCHEMA))  # type: ignore[arg-type]
+        if deltas:  # a delta's file rows replace the earlier rows of those files
+            files = files.unique("name", keep="last", maintain_order=True).sort("name")
         return IndexTables(
-            files=frames["files"].cast(dict(FILE_SCHEMA)),  # type: ignore[arg-type]
+            files=files,
             calls=CALLS.conform(frames["calls"]),
             tool_calls=TOOL_CALLS.conform(frames["tool_calls"]),
             damaged=GAPS.conform(frames["damaged"]),
+            generation=generation,
+            deltas=deltas,
         )
     except (OSError, ValueError, KeyError, pl.exceptions.PolarsError):
         return None
+
+
+def write_delta(place: Path, base: IndexTables, delta: IndexTables) -> bool:
+    """Add ``delta`` (the rows an append added, the new states of the files it touched) on top
+    of the generation ``base`` was read from; ``False`` (nothing written) when that is no
+    longer the current one, or when enough deltas have piled up: then the caller writes a
+    whole new generation.
+
+    Raises:
+        OSError: ``place`` cannot be written.
+    """
+    if not base.generation or len(base.deltas) >= MAX_DELTAS:
+        return False
+    with _locked(place / "lock"):
+        try:
+            meta = _meta(place)
+        except (OSError, ValueError):
+            return False
+        if (
+            meta is None
+            or meta.get("generation") != base.generation
+            or tuple(meta.get("deltas", [])) != base.deltas
+        ):
+            return False
+        name = uuid.uuid4().hex[:12]
+        for table in TABLES:
+            frame: pl.DataFrame = getattr(delta, table)
+            frame.write_parquet(place / f"{table}-{base.generation}.{name}.parquet")
+        meta["deltas"] = [*base.deltas, name]
+        temporary = place / f"meta.json.{name}"
+        temporary.write_bytes(orjson.dumps(meta))
+        os.replace(temporary, place / "meta.json")
+    return True
 
 
 def write_tables(place: Path, tables: IndexTables) -> None:
@@ -94,7 +181,7 @@ def write_tables(place: Path, tables: IndexTables) -> None:
         temporary.write_bytes(orjson.dumps(meta))
         os.replace(temporary, place / "meta.json")
         for stale in place.iterdir():
-            if stale.suffix == ".parquet" and not stale.stem.endswith(generation):
+            if stale.suffix == ".parquet" and f"-{generation}" not in stale.stem:
                 with contextlib.suppress(OSError):
                     stale.unlink()
 

@@ -1,9 +1,13 @@
 """Parse capture files (or the bytes appended to them) into call, tool-call and damage rows.
 
-This is the one place the analysis side turns capture lines into rows, and it does so with
-``capture_core``'s own reader pieces (``parse_capture``, ``normalize_line``), so a row always
-equals the record ``read_model_call_records`` returns for the same line. Functions here are
-top-level and take plain arguments so a process pool can run them.
+This is the one place the analysis side turns capture lines into rows. Each line is read by
+``_decode.LineDecoder``: from the facts our server writes into it when it has them, else from
+its bodies with ``capture_core``'s dialect code, and through ``capture_core``'s own reader
+(``orjson`` + the pydantic model) whenever the fast decoders could judge it differently; so a
+row always equals the record ``read_model_call_records`` returns for the same line (for lines
+with facts: the record the writer computed, which ``verify`` checks). Rows are turned into
+typed frames every ``CHUNK_ROWS`` calls, so a large store never holds them all as Python
+objects.
 """
 
 from __future__ import annotations
@@ -11,24 +15,28 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Final
 
+import orjson
 import polars as pl
 
-from capture_core import (
-    DamagedLine,
-    InvalidRecordError,
-    RawEntry,
-    parse_capture,
-    paused_gc,
-)
-from capture_core.normalize import record_fields, validate_raw_line
+from capture_core import InvalidRecordError, paused_gc
+from capture_core._lines import TORN_REASON
 from ngcapture_viz.frames.calls import CallColumns
 from ngcapture_viz.frames.gaps import AnalysisGap, GapRows
-from ngcapture_viz.frames.tool_calls import ToolCallColumns, tool_choice_indices
+from ngcapture_viz.frames.tool_calls import ToolCallColumns
+from ngcapture_viz.load._decode import (
+    CallValues,
+    FactsMismatch,
+    LineDecoder,
+    NotAnObject,
+)
 
 __all__ = ["RACY_NS", "FileState", "FileTask", "ScanResult", "fingerprint", "is_racy", "scan_files"]
+
+#: Call rows held as Python tuples before they become a typed frame.
+CHUNK_ROWS: Final = 65_536
+_BLANK: Final = b" \t\r"
 
 #: Bytes hashed at the head and at the end of the indexed prefix to notice rewrites.
 _PROBE: Final = 4096
@@ -78,6 +86,8 @@ class ScanResult:
     unreadable: list[tuple[str, str]] = field(default_factory=list)
     bytes_parsed: int = 0
     processes: int = 1
+    #: Lines read from their facts, from their bodies, and by the exact reader.
+    decoded: dict[str, int] = field(default_factory=dict)
 
 
 def fingerprint(fd: int, start: int, end: int) -> str:
@@ -107,133 +117,219 @@ def is_racy(mtime_ns: int, scan_ns: int) -> bool:
     return mtime_ns >= scan_ns - RACY_NS
 
 
-def scan_files(tasks: list[FileTask]) -> ScanResult:
-    """Parse every task's bytes; unreadable files are reported, never raised."""
+def scan_files(tasks: list[FileTask], *, verify: bool = False) -> ScanResult:
+    """Parse every task's bytes; unreadable files are reported, never raised.
+
+    ``verify``: recompute the facts of lines that carry them from their bodies, use the
+    recomputed values and report each line whose facts differ (gap ``capture_facts_differ``).
+    """
     # The frames are built, and the rows they were built from freed, before the collector
     # resumes: its first pass then has a few frames to walk, not every row.
     with paused_gc():
-        return _scan_all(tasks)
+        scanner = _Scanner(verify=verify)
+        for task in tasks:
+            scanner.scan(task)
+        return scanner.result()
 
 
-def _scan_all(tasks: list[FileTask]) -> ScanResult:
-    calls, tools, damaged = CallColumns(), ToolCallColumns(), GapRows()
-    states: list[FileState] = []
-    unreadable: list[tuple[str, str]] = []
-    parsed = 0
-    for task in tasks:
+class _Scanner:
+    def __init__(self, *, verify: bool) -> None:
+        self.decoder = LineDecoder(verify=verify)
+        self.calls = CallColumns()
+        self.tools = ToolCallColumns()
+        self.damaged = GapRows()
+        self.frames: list[tuple[pl.DataFrame, pl.DataFrame]] = []
+        self.states: list[FileState] = []
+        self.unreadable: list[tuple[str, str]] = []
+        self.parsed = 0
+
+    def scan(self, task: FileTask) -> None:
         try:
-            state, size = _scan_one(task, calls, tools, damaged)
+            state, size = self._scan_one(task)
         except OSError as exc:
-            unreadable.append((task.name, f"{type(exc).__name__}: {exc.strerror or exc}"))
-            continue
-        states.append(state)
-        parsed += size
-    return ScanResult(
-        calls.frame(),
-        tools.frame(),
-        damaged.frame(),
-        states=states,
-        unreadable=unreadable,
-        bytes_parsed=parsed,
-    )
+            self.unreadable.append((task.name, f"{type(exc).__name__}: {exc.strerror or exc}"))
+            return
+        self.states.append(state)
+        self.parsed += size
+        if len(self.calls) >= CHUNK_ROWS:
+            self._flush()
 
+    def _flush(self) -> None:
+        self.frames.append((self.calls.frame(), self.tools.frame()))
+        self.calls, self.tools = CallColumns(), ToolCallColumns()
 
-def _scan_one(
-    task: FileTask, calls: CallColumns, tools: ToolCallColumns, damaged: GapRows
-) -> tuple[FileState, int]:
-    start = task.start
-    fd = os.open(task.path, os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        stat = os.fstat(fd)
-        size = stat.st_size
-        content = os.pread(fd, max(0, size - start), start) if size > start else b""
-        end = start + len(content)
-        last_newline = content.rfind(b"\n")
-        consumed = start + last_newline + 1
-        head = _fingerprint_read(fd, content, start, 0, min(_PROBE, consumed))
-        # Up to _PROBE bytes, the head, the tail and the whole are one range: hashed once.
-        small = consumed <= _PROBE
-        tail = head if small else _fingerprint_read(fd, content, start, consumed - _PROBE, consumed)
-        # A file modified close to the scan may be rewritten again within the same mtime tick
-        # (same size, same mtime): keep a hash of all of it so the next refresh can tell.
-        full = None
-        if is_racy(stat.st_mtime_ns, task.scan_ns):
-            full = head if small else _fingerprint_read(fd, content, start, 0, consumed)
-    finally:
-        os.close(fd)
-    path = Path(task.path)
-    entries, bad = parse_capture(content, path)
-    next_call_index, next_line = task.call_index, task.line
-    for entry in entries:
-        offset = task.start + entry.byte_offset
-        call_index = task.call_index + entry.call_index
-        line_number = task.line + entry.line_number - 1
-        if offset < consumed:
-            next_call_index = max(next_call_index, call_index + 1)
+    def result(self) -> ScanResult:
+        self._flush()
+        calls = pl.concat([c for c, _ in self.frames], rechunk=len(self.frames) > 1)
+        tools = pl.concat([t for _, t in self.frames], rechunk=len(self.frames) > 1)
+        return ScanResult(
+            calls,
+            tools,
+            self.damaged.frame(),
+            states=self.states,
+            unreadable=self.unreadable,
+            bytes_parsed=self.parsed,
+            decoded=dict(self.decoder.counts),
+        )
+
+    def _scan_one(self, task: FileTask) -> tuple[FileState, int]:
+        start = task.start
+        fd = os.open(task.path, os.O_RDONLY | os.O_NOFOLLOW)
         try:
-            fields = record_fields(validate_raw_line(entry.data), call_index)
-        except InvalidRecordError as exc:
-            _add_damage(
-                damaged, task, exc.reason, call_index=call_index, line=line_number, offset=offset
+            stat = os.fstat(fd)
+            size = stat.st_size
+            content = os.pread(fd, max(0, size - start), start) if size > start else b""
+            end = start + len(content)
+            last_newline = content.rfind(b"\n")
+            consumed = start + last_newline + 1
+            head = _fingerprint_read(fd, content, start, 0, min(_PROBE, consumed))
+            # Up to _PROBE bytes, the head, the tail and the whole are one range: hashed once.
+            small = consumed <= _PROBE
+            tail = (
+                head
+                if small
+                else _fingerprint_read(fd, content, start, consumed - _PROBE, consumed)
             )
-            continue
-        calls.add(
-            fields,
+            # A file modified close to the scan may be rewritten again within the same mtime
+            # tick (same size, same mtime): keep a hash of all of it so the next refresh can tell.
+            full = None
+            if is_racy(stat.st_mtime_ns, task.scan_ns):
+                full = head if small else _fingerprint_read(fd, content, start, 0, consumed)
+        finally:
+            os.close(fd)
+        next_call_index, next_line = self._lines(task, content, consumed)
+        state = FileState(
+            name=task.name,
             rollout_id=task.rollout_id,
-            source="store",
+            size=end,
+            mtime_ns=stat.st_mtime_ns,
+            inode=stat.st_ino,
+            consumed=consumed,
+            next_call_index=next_call_index,
+            next_line=next_line,
+            head_hash=head,
+            tail_hash=tail,
+            scanned_ns=task.scan_ns,
+            full_hash=full,
+        )
+        return state, len(content)
+
+    def _lines(self, task: FileTask, content: bytes, consumed: int) -> tuple[int, int]:
+        """Read every line of ``content`` (the file's bytes from ``task.start``); returns the
+        next ``call_index`` and line number after the consumed part."""
+        # The fast decoders skip text that is not UTF-8, which the reference decoder refuses:
+        # the lines of a file holding such bytes are checked one by one.
+        suspect = not content.isascii() and not _utf8(content)
+        view = memoryview(content)
+        find = content.find
+        decode = self.decoder.decode
+        base, index0, line0 = task.start, task.call_index, task.line
+        pos = 0
+        number = 0
+        call_index = 0
+        next_call_index = index0
+        while True:
+            number += 1
+            end = find(b"\n", pos)
+            unterminated = end < 0
+            if unterminated:
+                end = len(content)
+            # A line is blank only if its first byte is: test that before copying it to strip it.
+            if end > pos and (content[pos] not in _BLANK or content[pos:end].strip(_BLANK)):
+                offset = base + pos
+                index = index0 + call_index
+                if offset < consumed:
+                    next_call_index = index + 1
+                line = view[pos:end]
+                exact = suspect and not _utf8(line)
+                mismatch: FactsMismatch | None = None
+                try:
+                    values = decode(line, exact=exact)
+                except FactsMismatch as found:
+                    values, mismatch = found.values, found
+                except orjson.JSONDecodeError as exc:
+                    reason = TORN_REASON if unterminated else f"not valid JSON: {exc}"
+                    self._damage(task, reason, index, line0 + number - 1, offset)
+                except NotAnObject as exc:
+                    self._damage(task, str(exc), index, line0 + number - 1, offset)
+                except InvalidRecordError as exc:
+                    self._damage(task, exc.reason, index, line0 + number - 1, offset)
+                else:
+                    self._add(
+                        task,
+                        values,
+                        call_index=index,
+                        line_number=line0 + number - 1,
+                        offset=offset,
+                        length=end - pos,
+                    )
+                if mismatch is not None:
+                    self._add(
+                        task,
+                        mismatch.values,
+                        call_index=index,
+                        line_number=line0 + number - 1,
+                        offset=offset,
+                        length=end - pos,
+                    )
+                    self.damaged.add(
+                        AnalysisGap.FACTS_DIFFER,
+                        source="store",
+                        rollout_id=task.rollout_id,
+                        model_call_id=mismatch.values.model_call_id,
+                        call_index=index,
+                        detail="stored facts differ from the bodies in: "
+                        + ", ".join(mismatch.names),
+                        path=task.path,
+                        line_number=line0 + number - 1,
+                        byte_offset=offset,
+                    )
+                call_index += 1
+            if unterminated:
+                break
+            pos = end + 1
+        # Newlines before the last one count the lines read; the partial tail adds none.
+        next_line = line0 + content.count(b"\n")
+        return max(next_call_index, index0), next_line
+
+    def _add(
+        self,
+        task: FileTask,
+        values: CallValues,
+        *,
+        call_index: int,
+        line_number: int,
+        offset: int,
+        length: int,
+    ) -> None:
+        self.calls.add_values(
+            values,
+            rollout_id=task.rollout_id,
+            call_index=call_index,
             path=task.path,
             line_number=line_number,
             byte_offset=offset,
-            line_bytes=entry.length,
+            line_bytes=length,
         )
-        if fields["tool_calls"]:
-            choices = tool_choice_indices(fields["dialect"], entry.data.get("response"))
-            tools.add(fields, rollout_id=task.rollout_id, source="store", choices=choices)
-    for line in bad:
-        offset = task.start + line.byte_offset
-        call_index = task.call_index + line.call_index
-        if offset < consumed:
-            next_call_index = max(next_call_index, call_index + 1)
-        number = task.line + line.line_number - 1
-        _add_damage(damaged, task, line.reason, call_index=call_index, line=number, offset=offset)
-    next_line = task.line + _newlines(content, entries, bad)
-    state = FileState(
-        name=task.name,
-        rollout_id=task.rollout_id,
-        size=end,
-        mtime_ns=stat.st_mtime_ns,
-        inode=stat.st_ino,
-        consumed=consumed,
-        next_call_index=next_call_index,
-        next_line=next_line,
-        head_hash=head,
-        tail_hash=tail,
-        scanned_ns=task.scan_ns,
-        full_hash=full,
-    )
-    return state, len(content)
+        if values.tools:
+            self.tools.add_values(values, rollout_id=task.rollout_id, call_index=call_index)
+
+    def _damage(self, task: FileTask, reason: str, call_index: int, line: int, offset: int) -> None:
+        self.damaged.add(
+            AnalysisGap.DAMAGED_LINE,
+            source="store",
+            rollout_id=task.rollout_id,
+            call_index=call_index,
+            detail=reason,
+            path=task.path,
+            line_number=line,
+            byte_offset=offset,
+        )
 
 
-def _newlines(content: bytes, entries: list[RawEntry], bad: list[DamagedLine]) -> int:
-    """How many newlines ``content`` holds, counted only after its last non-blank line: the
-    number of that line tells how many come before it, and the line itself has none."""
-    lasts: list[RawEntry | DamagedLine] = [*entries[-1:], *bad[-1:]]
-    if not lasts:
-        return content.count(b"\n")
-    last = max(lasts, key=lambda line: line.byte_offset)
-    return last.line_number - 1 + content.count(b"\n", last.byte_offset + last.length)
-
-
-def _add_damage(
-    damaged: GapRows, task: FileTask, reason: str, *, call_index: int, line: int, offset: int
-) -> None:
-    damaged.add(
-        AnalysisGap.DAMAGED_LINE,
-        source="store",
-        rollout_id=task.rollout_id,
-        call_index=call_index,
-        detail=reason,
-        path=task.path,
-        line_number=line,
-        byte_offset=offset,
-    )
+def _utf8(data: bytes | memoryview) -> bool:
+    try:
+        str(data, "utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

@@ -11,8 +11,9 @@ that stays exact:
 * file shrank, was replaced or rewritten      → the file is read again from the start;
 * file gone                                   → its rows are dropped.
 
-Deleting the index is harmless: the next open rebuilds it. A cold build spreads files over a
-process pool, one worker per core.
+Deleting the index is harmless: the next open rebuilds it. One process reads: the lines our
+server writes carry their facts (``capture_core.facts``), so a line costs little more than
+decoding its bytes, and no pool of processes pays for its start-up (issue 19).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from stat import S_ISREG
 from typing import Any, Final
@@ -33,9 +34,14 @@ from ngcapture_viz.exceptions import CaptureIndexError
 from ngcapture_viz.frames.calls import CALLS
 from ngcapture_viz.frames.gaps import GAPS
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS
-from ngcapture_viz.load._index_files import FILE_SCHEMA, IndexTables, read_tables, write_tables
+from ngcapture_viz.load._index_files import (
+    FILE_SCHEMA,
+    IndexTables,
+    read_tables,
+    write_delta,
+    write_tables,
+)
 from ngcapture_viz.load._listing import DirListing, content_matches, prefix_matches
-from ngcapture_viz.load._pool import scan_parallel
 from ngcapture_viz.load._progress import progress_bar
 from ngcapture_viz.load._scan import (
     RACY_NS,
@@ -51,9 +57,6 @@ __all__ = ["INDEX_DIR_NAME", "CaptureIndex", "DirListing", "IndexStats", "defaul
 logger = logging.getLogger(__name__)
 
 INDEX_DIR_NAME: Final = ".ngcapture-index"
-#: Below this many bytes to parse, a process pool costs about what it saves (a worker's start-up
-#: is worth ~96 MB of parsing: ``_pool.STARTUP_BYTES``).
-PARALLEL_MIN_BYTES: Final = 128 * 1024 * 1024
 
 
 def default_cache_dir() -> Path:
@@ -77,7 +80,10 @@ class IndexStats:
     new: int = 0
     removed: int = 0
     bytes_parsed: int = 0
+    #: Processes that parsed (always 1 since issue 19; kept for callers that print it).
     workers: int = 1
+    #: Lines read from their facts, from their bodies, and by the exact reader.
+    decoded: dict[str, int] = field(default_factory=dict)
 
 
 class CaptureIndex:
@@ -96,16 +102,20 @@ class CaptureIndex:
         *,
         index_dir: str | os.PathLike[str] | None = None,
         workers: int | None = None,
+        verify: bool = False,
     ) -> None:
         self.root = Path(capture_dir).absolute()
         self._explicit = Path(index_dir).absolute() if index_dir is not None else None
-        self.workers = workers if workers is not None else (os.cpu_count() or 1)
+        self.workers = 1  # ``workers`` is accepted and ignored: one process reads (issue 19)
+        self.verify = verify
         self.files = pl.DataFrame(schema=FILE_SCHEMA)
         self.calls = CALLS.empty()
         self.tool_calls = TOOL_CALLS.empty()
         self.damaged = GAPS.empty()
         self.unreadable: list[tuple[str, str]] = []
         self._settled: set[str] = set()
+        self._delta: IndexTables | None = None  # what an append adds, when only that
+        self._loaded_from: Path | None = None
         self.listing = DirListing()
 
     def __repr__(self) -> str:
@@ -162,6 +172,9 @@ class CaptureIndex:
         """
         scan_ns = time.time_ns()
         self._settled = set()
+        self._delta = None
+        if self.verify:  # every line is read again from its bodies; nothing is saved
+            reuse = write = False
         # Reading the saved tables (Polars, off the GIL) overlaps the directory's stats.
         with ThreadPoolExecutor(max_workers=1) as pool:
             saved = pool.submit(self._load) if reuse else None
@@ -174,6 +187,8 @@ class CaptureIndex:
             self.files, self.calls = old.files, old.calls
             self.tool_calls, self.damaged = old.tool_calls, old.damaged
             self.unreadable = []
+            if self._settled:
+                self._delta = _empty_delta()
         else:
             self._merge(old, keep, result)
         stats.files = len(self.listing.data)
@@ -188,6 +203,10 @@ class CaptureIndex:
                 pl.when(settled).then(scan_ns).otherwise(pl.col("scanned_ns")).alias("scanned_ns"),
                 pl.when(settled).then(None).otherwise(pl.col("full_hash")).alias("full_hash"),
             )
+            if self._delta is not None:
+                self._delta.files = pl.concat(
+                    [self._delta.files, self.files.filter(settled)]
+                ).unique("name", keep="last", maintain_order=True)
         moved = (
             old is None
             or stats.removed > 0
@@ -196,7 +215,7 @@ class CaptureIndex:
         )
         if write and moved:
             try:
-                stats.location = self._save()
+                stats.location = self._save(old)
             except CaptureIndexError as exc:
                 if require_write or self._explicit is not None:
                     raise
@@ -292,24 +311,35 @@ class CaptureIndex:
     def _run(
         self, tasks: list[FileTask], stats: IndexStats, *, progress: bool | None
     ) -> ScanResult:
-        sizes = [self._remaining(task) for task in tasks]
-        total = sum(sizes)
-        workers = min(self.workers, len(tasks))
-        if workers <= 1 or total < PARALLEL_MIN_BYTES:
-            with progress_bar(total, "indexing", enabled=progress and total > 0) as bar:
-                result = scan_files(tasks)
-                bar.update(total)
-            return result
-        with progress_bar(total, "indexing", enabled=progress) as bar:
-            result = scan_parallel(tasks, sizes, workers=workers, on_progress=bar.update)
-        stats.workers = result.processes
+        total = sum(self._remaining(task) for task in tasks)
+        with progress_bar(total, "indexing", enabled=progress and total > 0) as bar:
+            result = scan_files(tasks, verify=self.verify)
+            bar.update(total)
+        stats.decoded = result.decoded
         return result
 
     def _merge(self, old: IndexTables | None, keep: set[str], result: ScanResult) -> None:
-        """Kept rows (before each kept file's ``consumed``) + freshly parsed rows, sorted."""
+        """Kept rows (before each kept file's ``consumed``) + freshly parsed rows."""
         fresh_states = pl.DataFrame(
             [_state_dict(s) for s in result.states], schema=FILE_SCHEMA, orient="row"
         )
+        fresh = (
+            _relative(result.calls, self.root),
+            result.tool_calls,
+            _relative(result.damaged, self.root),
+        )
+        self.unreadable = result.unreadable
+        if old is not None and self._appends_only(old, keep, result, fresh_states):
+            # Every old row stays: the new rows are a delta on top of the saved generation.
+            self._delta = IndexTables(fresh_states, *fresh)
+            touched = fresh_states["name"].implode()
+            self.files = pl.concat(
+                [old.files.filter(~pl.col("name").is_in(touched)), fresh_states]
+            ).sort("name")
+            self.calls = pl.concat([old.calls, fresh[0]])
+            self.tool_calls = pl.concat([old.tool_calls, fresh[1]])
+            self.damaged = pl.concat([old.damaged, fresh[2]])
+            return
         if old is None or not keep:
             kept_files = pl.DataFrame(schema=FILE_SCHEMA)
             kept = (CALLS.empty(), TOOL_CALLS.empty(), GAPS.empty())
@@ -322,26 +352,50 @@ class CaptureIndex:
                 _keep_rows(old.damaged, boundary, "byte_offset"),
             )
             kept_files = kept_files.filter(~pl.col("name").is_in([s.name for s in result.states]))
-        fresh = (
-            _relative(result.calls, self.root),
-            result.tool_calls,
-            _relative(result.damaged, self.root),
-        )
         self.files = pl.concat([kept_files, fresh_states]).sort("name")
         self.calls = pl.concat([kept[0], fresh[0]]).sort("path", "call_index")
         self.tool_calls = pl.concat([kept[1], fresh[1]]).sort(
             "rollout_id", "call_index", "tool_index"
         )
         self.damaged = pl.concat([kept[2], fresh[2]]).sort("path", "call_index")
-        self.unreadable = result.unreadable
+
+    def _appends_only(
+        self, old: IndexTables, keep: set[str], result: ScanResult, fresh: pl.DataFrame
+    ) -> bool:
+        """Whether this refresh only appended to kept files and added new ones, leaving every
+        old row in place (a torn tail read before, now completed, is an old row that goes)."""
+        if result.unreadable or len(keep) != old.files.height:
+            return False
+        appended = old.files.join(fresh.select("name"), on="name", how="semi").select(
+            pl.col("name").alias("path"), "consumed"
+        )
+        if appended.height == 0:
+            return True
+        for table in (old.calls, old.damaged):
+            beyond = table.join(appended, on="path", how="inner").filter(
+                pl.col("byte_offset") >= pl.col("consumed")
+            )
+            if beyond.height:
+                return False
+        return True
 
     # -- persistence ----------------------------------------------------------------------
 
     def _load(self) -> IndexTables | None:
         place = self.location()
+        self._loaded_from = place
         return None if place is None else read_tables(place)
 
-    def _save(self) -> Path:
+    def _save(self, old: IndexTables | None) -> Path:
+        """Write a delta on top of the generation read, when the refresh only appended; else
+        a whole new generation in the first place that can be written."""
+        place = self._loaded_from
+        if self._delta is not None and old is not None and place is not None:
+            try:
+                if write_delta(place, old, self._delta):
+                    return place
+            except OSError:
+                pass  # a new generation, wherever it can go
         errors: list[str] = []
         for place in self.candidates():
             try:
@@ -376,6 +430,12 @@ class CaptureIndex:
             self.calls.with_columns(absolute),
             self.damaged.with_columns(absolute),
         )
+
+
+def _empty_delta() -> IndexTables:
+    return IndexTables(
+        pl.DataFrame(schema=FILE_SCHEMA), CALLS.empty(), TOOL_CALLS.empty(), GAPS.empty()
+    )
 
 
 def _same_states(before: pl.DataFrame, after: pl.DataFrame) -> bool:

@@ -13,7 +13,6 @@ import os
 import random
 import re
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,8 +25,6 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import ngcapture_viz as ngv
-import ngcapture_viz.load._pool as pool_module
-import ngcapture_viz.load.index as index_module
 from capture_core import (
     ATTACHMENT_KEY,
     CaptureStore,
@@ -42,6 +39,7 @@ from capture_core import (
 from capture_core.testing import CaptureLineFactory, RunSpec, write_run
 from ngcapture_viz.frames import CALLS, GAPS, LENGTH_FINISH_REASONS, ROLLOUTS, TOOL_CALLS, UTC_TIME
 from ngcapture_viz.frames.rollouts import rollout_part_columns
+from ngcapture_viz.frames.tool_calls import tool_choice_indices
 from tests.ngcapture_viz.conftest import write_capture
 
 ROLLOUTS_N = 10_000
@@ -239,6 +237,9 @@ def _expected_frames(
                     "line_bytes": entry.length,
                 }
             )
+            choices = tool_choice_indices(r.dialect, entry.data.get("response"))
+            if choices is None or len(choices) != len(r.tool_calls):
+                choices = [None] * len(r.tool_calls)
             for position, tool in enumerate(r.tool_calls):
                 arguments = None if tool.arguments is None else orjson.dumps(tool.arguments)
                 tool_rows.append(
@@ -248,6 +249,7 @@ def _expected_frames(
                         "model_call_id": r.model_call_id,
                         "call_index": r.call_index,
                         "tool_index": position,
+                        "choice_index": choices[position],
                         "call_id": tool.call_id,
                         "type": tool.type,
                         "name": tool.name,
@@ -337,76 +339,6 @@ def test_calls_equal_records_without_index(big_store: BigStore) -> None:
     assert not (big_store.root / ".ngcapture-index").exists()
     _assert_exact(run, big_store)
     _sample_payloads(run, big_store)
-
-
-@pytest.fixture
-def pool_workers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Force the process pool on any store and record the worker processes it starts.
-
-    The pipes are closed again at teardown (closing twice is harmless), so a leak could not
-    hide whether the rows the pool returns are exact.
-    """
-    started: list[subprocess.Popen[bytes]] = []
-
-    class RecordingPopen(subprocess.Popen):  # type: ignore[type-arg]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            started.append(self)
-
-    monkeypatch.setattr(index_module, "PARALLEL_MIN_BYTES", 0)
-    monkeypatch.setattr(pool_module, "STARTUP_BYTES", 0)  # parent and worker share evenly
-    monkeypatch.setattr(subprocess, "Popen", RecordingPopen)
-    yield started
-    for proc in started:
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
-
-
-def test_calls_equal_records_through_the_process_pool(
-    big_store: BigStore, tmp_path: Path, pool_workers: list[subprocess.Popen[bytes]]
-) -> None:
-    run = ngv.open_run(big_store.root, label="exact", index_dir=tmp_path / "index", workers=2)
-    assert len(pool_workers) == 1  # the parent parses one share, one worker the other
-    assert [proc.returncode for proc in pool_workers] == [0]
-    assert run.index_stats is not None
-    assert run.index_stats.workers == 2
-    assert run.index_stats.bytes_parsed == big_store.total_bytes
-    _assert_exact(run, big_store)
-    _sample_payloads(run, big_store)
-
-
-def test_the_process_pool_closes_the_pipes_it_opens(
-    capture_dir: Path, pool_workers: list[subprocess.Popen[bytes]]
-) -> None:
-    for number, line in enumerate(CaptureLineFactory(seed=4).lines(8)):
-        write_capture(capture_dir, f"{number}-0", [line])
-    run = ngv.open_run(capture_dir, index=False, workers=2)
-    assert run.index_stats is not None and run.index_stats.workers == 2
-    assert run.calls.height == 8 and len(pool_workers) == 1
-    pipes = [(p.stdout, p.stderr) for p in pool_workers]
-    assert [(out is None or out.closed, err is None or err.closed) for out, err in pipes] == [
-        (True, True)
-    ]
-
-
-def test_a_failing_parent_share_leaves_no_worker_running(
-    capture_dir: Path, pool_workers: list[subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    for number, line in enumerate(CaptureLineFactory(seed=5).lines(8)):
-        write_capture(capture_dir, f"{number}-0", [line])
-
-    def interrupted(tasks: list[Any]) -> Any:
-        raise KeyboardInterrupt  # Ctrl-C in a notebook while the parent parses its share
-
-    monkeypatch.setattr(pool_module, "scan_files", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        ngv.open_run(capture_dir, index=False, workers=2)
-    assert len(pool_workers) == 1
-    (worker,) = pool_workers
-    assert worker.returncode is not None  # killed (or finished) and reaped
-    assert worker.stdout is not None and worker.stdout.closed
-    assert worker.stderr is not None and worker.stderr.closed
 
 
 # -- schemas -----------------------------------------------------------------------------------
