@@ -40,6 +40,7 @@ from ngcapture_viz.load._index_files import table_paths
 from ngcapture_viz.load.evidence import EVIDENCE_FRAMES, evidence_frames
 from ngcapture_viz.load.failures import failures_file, read_failures
 from ngcapture_viz.load.index import CaptureIndex, IndexStats
+from ngcapture_viz.load.remote import is_remote, mirror_sources, remote_label
 from ngcapture_viz.load.rollouts import RolloutSource, read_rollouts
 
 __all__ = [
@@ -244,6 +245,7 @@ def open_run(
     progress: bool | None = None,
     tokens_dir: PathLike | None = None,
     verify: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> CaptureRun:
     """Open a run from a capture directory, a rollout JSONL file, or both.
 
@@ -263,6 +265,10 @@ def open_run(
         tokens_dir: the token-id capture store (``token_id_capture.dir``): adds each
             rollout's store state, lost calls and, while they exist, entry lengths to the
             ``tokens`` frame (which the rollout file's delivery records fill on their own).
+        storage_options: for ``capture_dir`` / ``rollouts`` given as URLs of object storage
+            (``s3://bucket/run/model-calls``, any fsspec URL): options of the file system,
+            such as ``{"endpoint_url": ..., "anon": True}``. Such sources are mirrored to the
+            user cache, incrementally, and opened from there (``ngcapture_viz.load.remote``).
 
     Raises:
         SourceError: neither source given, or one does not exist.
@@ -274,6 +280,14 @@ def open_run(
     """
     if capture_dir is None and rollouts is None:
         raise SourceError("open_run needs a capture directory, a rollout file, or both")
+    if is_remote(capture_dir) or is_remote(rollouts):
+        label = label or remote_label(
+            str(capture_dir) if capture_dir is not None else None,
+            str(rollouts) if rollouts is not None else None,
+        )
+        capture_dir, rollouts = mirror_sources(
+            capture_dir, rollouts, storage_options=storage_options
+        )
     sources = Sources(
         Path(capture_dir).absolute() if capture_dir is not None else None,
         Path(rollouts).absolute() if rollouts is not None else None,
