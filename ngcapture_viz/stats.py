@@ -249,7 +249,18 @@ def coverage(
     Example:
         >>> coverage(run.calls, ["tokens_in"])  # doctest: +SKIP
     """
-    return _per_metric(calls, by, metrics, _coverage, COVERAGE_SCHEMA)
+    keys = _check_by(calls, by)
+    # One pass for every metric (the widget asks for this on every filter change).
+    counts = [pl.col(m).is_not_null().sum().cast(pl.Int64).alias(m) for m in metrics]
+    wide = _group(calls, keys, [pl.len().cast(pl.Int64).alias("n_calls"), *counts])
+    long = wide.unpivot(
+        index=[*keys, "n_calls"], on=list(metrics), variable_name="metric", value_name="n_reported"
+    ).with_columns(
+        pl.when(pl.col("n_calls") > 0)
+        .then(pl.col("n_reported") / pl.col("n_calls"))
+        .alias("coverage")
+    )
+    return _sorted(_typed(long, keys, COVERAGE_SCHEMA), [*keys, "metric"], metric_order=metrics)
 
 
 def _coverage(metric: str) -> list[pl.Expr]:

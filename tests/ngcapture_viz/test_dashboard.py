@@ -378,3 +378,14 @@ def test_constant_tokens_error_free_runs_and_idle_spells_draw_honestly(
     # Between the early and the late calls every bucket is a gap (null), not a line.
     assert ys[drawn[0] : drawn[-1]].count(None) > 10
     assert sum(y for y in ys if y is not None) == calls.filter(pl.col("run") == "a").height
+
+
+def test_coverage_counts_each_metric_in_one_pass(stacked: ngv.CaptureRun) -> None:
+    from ngcapture_viz.stats import coverage, token_summary
+
+    for by in (("run",), ("run", "model"), ()):
+        counted = coverage(stacked.calls, by=by)
+        summary = token_summary(stacked.calls, by).select(*by, "metric", "n_calls", "n_reported")
+        assert counted.drop("coverage").equals(summary), by
+        for row in counted.iter_rows(named=True):
+            assert row["coverage"] == pytest.approx(row["n_reported"] / row["n_calls"])
