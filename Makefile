@@ -26,7 +26,7 @@ kernel: $(STAMP)
 
 # JupyterLab on the notebooks (127.0.0.1 only); the first notebook cell makes the demo data.
 lab: $(STAMP) kernel
-	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --notebook-dir=notebooks
+	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
