@@ -145,13 +145,15 @@ def diff_figure(d: CheckpointDiff) -> go.Figure:
         )
     fig.add_vline(x=0, line={"color": "black", "width": 1})
     title = f"{d.label_b} vs {d.label_a}: relative difference, {d.confidence:.0%} CI"
-    if missing:
-        title += f"<br><sup>not shown (no relative difference): {', '.join(missing)}</sup>"
+    if missing:  # a few names per line: a long list must wrap, not run off the figure
+        lines = [", ".join(missing[i : i + 3]) for i in range(0, len(missing), 3)]
+        title += "<br><sup>not shown (no relative difference): " + ",<br>".join(lines) + "</sup>"
     fig.update_layout(
         title=title,
         xaxis_title=f"{d.label_b} relative to {d.label_a} (%)",
         yaxis={"categoryorder": "array", "categoryarray": shown["metric"].to_list()[::-1]},
-        height=max(320, 40 * shown.height + 140),
+        height=max(320, 40 * shown.height + 140 + 20 * -(-len(missing) // 3)),
+        margin={"t": 90 + 20 * -(-len(missing) // 3)},
         template="plotly_white",
     )
     return fig

@@ -56,8 +56,8 @@ CSS: Final = """
 .ngc .table-wrap { overflow-x: auto; max-height: 420px; overflow-y: auto; margin: 4px 0 10px; }
 .ngc table { border-collapse: collapse; font-size: 12.5px; }
 .ngc th, .ngc td { border: 1px solid rgba(128,128,128,.35); padding: 2px 8px;
-  text-align: left !important; vertical-align: top; }
-.ngc td.wrap { white-space: normal; min-width: 18em; max-width: 48em; }
+  text-align: left !important; vertical-align: top; white-space: nowrap; }
+.ngc td.wrap { white-space: normal !important; min-width: 18em; max-width: 48em; }
 .ngc td.num { text-align: right !important; font-variant-numeric: tabular-nums; }
 .ngc td.unknown { opacity: .6; }
 .ngc .grid { display: grid; gap: 10px;
