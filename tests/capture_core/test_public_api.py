@@ -47,3 +47,21 @@ def test_import_capture_core_stays_light() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
     )
     assert installed.stdout.strip() == "ok", installed.stderr
+
+
+def test_public_names_are_imported_lazily_and_all_resolve() -> None:
+    """``import capture_core`` loads no implementation module; every name in ``__all__`` is
+    named in the lazy table (the TYPE_CHECKING imports) and resolves to a real object."""
+    import subprocess
+    import sys
+
+    code = ("import sys, capture_core; "
+            "print(sorted(m for m in sys.modules if m.startswith('capture_core.')))")  # fmt: skip
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True, timeout=60)  # fmt: skip
+    assert loaded.stdout.strip() == "[]"
+    import capture_core
+
+    assert sorted(capture_core._LAZY) == sorted(capture_core.__all__)
+    for name in capture_core.__all__:
+        assert getattr(capture_core, name) is not None
