@@ -26,9 +26,11 @@ from tests.e2e.conftest import Stack
 CALLS = 8
 
 
-def post(connection: http.client.HTTPConnection, rollout_id: str) -> int:
+def post(connection: http.client.HTTPConnection, rollout_id: str, *, pad: int = 0) -> int:
+    body = request_body("chat")
+    body["messages"][0]["content"] += " " * pad
     connection.request("POST", f"/ng-rollout/{rollout_id}/v1/chat/completions",
-                       orjson.dumps(request_body("chat")), {"content-type": "application/json"})  # fmt: skip
+                       orjson.dumps(body), {"content-type": "application/json"})  # fmt: skip
     response = connection.getresponse()
     response.read()
     return response.status
@@ -81,3 +83,35 @@ def test_out_of_descriptors_every_lost_capture_is_on_disk_after_a_restart(stack:
         assert not store.path_for(f"e-{index}").exists()
         gaps = capture_attachment([directory], f"e-{index}", drain_timeout_s=1).gaps
         assert [gap.code for gap in gaps] == ["model_call_capture_failed"]
+
+
+def test_out_of_space_losses_are_counted_per_call(stack: Stack, tmp_path: Path) -> None:
+    """A capture file that may not grow (``RLIMIT_FSIZE`` on the server: writes past it fail with
+    ``EFBIG``, as on a full disk) loses each call on its own line of the failure log, not one
+    per rollout. The limit is set above the failure log's size, which stays small."""
+    directory = tmp_path / "calls"
+    with run_capture_server(stack.worker.url, directory) as server:
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        assert post(connection, "full", pad=256 * 1024) == 200  # a capture file of ~256 KiB
+        pid = server.process.pid
+        limits = resource.prlimit(pid, resource.RLIMIT_FSIZE)
+        size = CaptureStore(directory).path_for("full").stat().st_size
+        resource.prlimit(pid, resource.RLIMIT_FSIZE, (size + 16, limits[1]))
+        try:
+            statuses = [post(connection, "full") for _ in range(CALLS)]
+            deadline = time.monotonic() + 30
+            while len(read_capture_failures(directory).failures) < CALLS:
+                assert time.monotonic() < deadline, "failures did not reach the log"
+                time.sleep(0.05)
+        finally:
+            resource.prlimit(pid, resource.RLIMIT_FSIZE, limits)
+            connection.close()
+    assert statuses == [200] * CALLS
+    failures = read_capture_failures(directory).failures
+    assert [f.rollout_id for f in failures] == ["full"] * CALLS
+    assert len({f.model_call_id for f in failures}) == CALLS
+    assert all("EFBIG" in f.reason for f in failures), [f.reason for f in failures]
+    store = CaptureStore(directory)
+    assert len(store.read("full").entries) == 1  # the failed appends left nothing behind
+    gaps = capture_attachment([directory], "full", drain_timeout_s=1).gaps
+    assert [gap.code for gap in gaps] == ["model_call_capture_failed"] * CALLS
