@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import (
+    capture_facts,
     capture_overhead,
     large_body,
     load,
@@ -28,6 +29,7 @@ from benchmarks import (
 )
 
 SUITES = {
+    "capture_facts": capture_facts.run,
     "capture_overhead": capture_overhead.run,
     "large_body": large_body.run,
     "render": render.run,

@@ -113,7 +113,11 @@ class RunBuilder:
                 detail="the capture server failed to record at least one call",
                 path=str(root / f"{rollout_id}{MARKER_SUFFIX}"),
             )
-        landed = set(calls.select("rollout_id", "model_call_id").iter_rows())
+        # The calls that landed, asked of only when a mark or a failure names a call (a set of
+        # every call of a large store costs ~1 s).
+        named = {(m.rollout_id, m.model_call_id) for m in listing.pending if m.lost}
+        named |= {(f.rollout_id, f.model_call_id) for f in listing.failures}
+        landed = _landed(calls, named)
         for marker in listing.pending:
             if marker.lost and (marker.rollout_id, marker.model_call_id) in landed:
                 continue  # a stale marker: its server died after the line landed
@@ -257,8 +261,8 @@ class RunBuilder:
                 calls, tools = self._reconcile(calls, tools, a_calls, a_tools, a_metrics)
             else:
                 calls, tools = a_calls, a_tools
-        calls = CALLS.conform(calls).sort("rollout_id", "call_index")
-        tools = TOOL_CALLS.conform(tools).sort("rollout_id", "call_index", "tool_index")
+        calls = _sorted(CALLS.conform(calls), "rollout_id", "call_index")
+        tools = _sorted(TOOL_CALLS.conform(tools), "rollout_id", "call_index", "tool_index")
         base, fields = self._rollout_base()  # adds the store-vs-file gaps
         gaps = GAPS.conform(
             pl.concat([*self.gap_frames, self.gaps.frame()], how="vertical_relaxed").with_columns(
@@ -442,6 +446,31 @@ _BASE = (
     "failed",
     "failure",
 )
+
+
+def _sorted(frame: pl.DataFrame, *keys: str) -> pl.DataFrame:
+    """``frame`` sorted by ``keys``; a frame already in that order (the index saves its rows
+    so) is only checked, in one pass, instead of sorted again (~1 s for 2 million calls)."""
+    if frame.height < 2 or frame.select(pl.any_horizontal(pl.col(*keys).is_null().any())).item():
+        return frame.sort(*keys)
+    ordered: pl.Expr = pl.lit(True)
+    for key in reversed(keys):  # lexicographic: (a, b) >= previous (a, b)
+        current, previous = pl.col(key), pl.col(key).shift(1)
+        ordered = (current > previous) | ((current == previous) & ordered)
+    if frame.select(ordered.slice(1).all()).item():
+        return frame
+    return frame.sort(*keys)
+
+
+def _landed(calls: pl.DataFrame, named: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Which of the ``(rollout_id, model_call_id)`` pairs ``named`` have a row in ``calls``."""
+    if not named:
+        return set()
+    asked = pl.DataFrame(
+        list(named), schema={"rollout_id": pl.String(), "model_call_id": pl.String()}, orient="row"
+    )
+    found = asked.join(calls.select("rollout_id", "model_call_id"), on=asked.columns, how="semi")
+    return set(found.iter_rows())
 
 
 def latest(source: RolloutSource | None) -> list[Any]:

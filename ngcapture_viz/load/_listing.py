@@ -6,10 +6,13 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from stat import S_ISREG
-from typing import Any
+from typing import Any, Final
+
+import polars as pl
 
 from capture_core import DATA_SUFFIX, MARKER_SUFFIX, is_valid_rollout_id
 from capture_core.failures import read_capture_failures
+from capture_core.ids import MAX_ROLLOUT_ID_LENGTH
 from capture_core.pending import PendingCall, pending_calls
 from capture_core.records import CaptureFailure
 from capture_core.store import ARCHIVE_PREFIX
@@ -29,6 +32,8 @@ class DirListing:
     failures: list[CaptureFailure] = field(default_factory=list)  # from the failure logs
     foreign: list[str] = field(default_factory=list)
     stats: dict[str, os.stat_result] = field(default_factory=dict)  # data file name -> lstat
+    #: The same stats as columns (name, inode, size, mtime_ns), for vectorized planning.
+    stat_frame: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=STAT_SCHEMA))
 
     @classmethod
     def read(cls, root: Path) -> DirListing:
@@ -41,7 +46,7 @@ class DirListing:
         except OSError as exc:
             raise SourceError(f"capture directory {str(root)!r}: {exc.strerror}") from None
         try:
-            listing = cls._classify(fd, sorted(os.listdir(fd)))
+            listing = cls._classify(fd, os.listdir(fd))
         except OSError as exc:
             raise SourceError(f"capture directory {str(root)!r}: {exc.strerror}") from None
         finally:
@@ -53,28 +58,111 @@ class DirListing:
     @classmethod
     def _classify(cls, fd: int, names: list[str]) -> DirListing:
         """Sort ``names`` into what they are; data files are ``lstat``-ed relative to ``fd``
-        (about twice as fast as by path or through ``DirEntry`` on a large directory)."""
+        (about twice as fast as by path or through ``DirEntry`` on a large directory; ~5 µs
+        each on this overlay file system: the floor of a warm open)."""
         listing = cls()
-        for name in names:
-            if name.startswith((".", ARCHIVE_PREFIX)):
-                continue  # tool-owned: .pending, .cleared, the index, overwritten capture...
-            stem = name.removesuffix(DATA_SUFFIX)
-            if stem != name and is_valid_rollout_id(stem):
-                try:
-                    stat = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                except OSError:
-                    stat = None
-                if stat is None or S_ISREG(stat.st_mode):
-                    listing.data[stem] = name
-                    if stat is not None:
-                        listing.stats[name] = stat
-                    continue
-            stem = name.removesuffix(MARKER_SUFFIX)
-            if stem != name and is_valid_rollout_id(stem):
-                listing.markers.add(stem)
-                continue
-            listing.foreign.append(name)
+        try:
+            data, markers, foreign = _sort_names(names)
+        except (UnicodeEncodeError, pl.exceptions.PolarsError):  # a name that is not UTF-8
+            data, markers, foreign = _sort_names_slowly(names)
+        listing.markers = set(markers)
+        stems, names_ = data
+        stats = _stat_all(fd, names_)
+        regular = [stat is None or S_ISREG(stat.st_mode) for stat in stats]
+        if all(regular):
+            listing.data = dict(zip(stems, names_, strict=True))
+        else:  # a directory or a link named like a capture file: not one
+            listing.data = {s: n for s, n, r in zip(stems, names_, regular, strict=True) if r}
+            foreign += [n for n, r in zip(names_, regular, strict=True) if not r]
+        found = [(n, stat) for n, stat in zip(names_, stats, strict=True) if stat is not None]
+        listing.stats = {n: stat for n, stat in found if S_ISREG(stat.st_mode)}
+        kept = listing.stats.values()
+        listing.stat_frame = pl.DataFrame(
+            {
+                "name": list(listing.stats),
+                "now_inode": [stat.st_ino for stat in kept],
+                "now_size": [stat.st_size for stat in kept],
+                "now_mtime": [stat.st_mtime_ns for stat in kept],
+            },
+            schema=STAT_SCHEMA,
+        )
+        listing.foreign = sorted(foreign)
         return listing
+
+
+STAT_SCHEMA: Final = pl.Schema(
+    {"name": pl.String(), "now_inode": pl.Int64(), "now_size": pl.Int64(), "now_mtime": pl.Int64()}
+)
+_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"  # capture_core.ids.ROLLOUT_ID_PATTERN
+
+
+_Sorted = tuple[tuple[list[str], list[str]], list[str], list[str]]
+
+
+def _sort_names(names: list[str]) -> _Sorted:
+    """``((rollout ids, names) of data files, marked rollout ids, foreign names)``, sorted by
+    name; Polars checks the ids of a large directory at once, by ``is_valid_rollout_id``'s rules.
+    """
+    frame = pl.DataFrame({"name": names}, schema={"name": pl.String()}).sort("name")
+    name = pl.col("name")
+    owned = name.str.starts_with(".") | name.str.starts_with(ARCHIVE_PREFIX)
+
+    def stem_of(suffix: str) -> tuple[pl.Expr, pl.Expr]:
+        stem = name.str.strip_suffix(suffix)
+        valid = (
+            name.str.ends_with(suffix)
+            & stem.str.contains(_ID_PATTERN)
+            & ~stem.str.contains("..", literal=True)
+            & (stem.str.len_chars() <= MAX_ROLLOUT_ID_LENGTH)
+        )
+        return stem, valid
+
+    data_stem, is_data = stem_of(DATA_SUFFIX)
+    marker_stem, is_marker = stem_of(MARKER_SUFFIX)
+    kinds = frame.filter(~owned).with_columns(
+        data_stem.alias("data_stem"),
+        marker_stem.alias("marker_stem"),
+        is_data.alias("is_data"),
+        (~is_data & is_marker).alias("is_marker"),
+    )
+    data = kinds.filter("is_data")
+    markers = kinds.filter("is_marker")["marker_stem"].to_list()
+    foreign = kinds.filter(~pl.col("is_data") & ~pl.col("is_marker"))["name"].to_list()
+    return (data["data_stem"].to_list(), data["name"].to_list()), markers, foreign
+
+
+def _sort_names_slowly(names: list[str]) -> _Sorted:
+    """``_sort_names`` one name at a time (names Polars cannot hold: not UTF-8)."""
+    data: tuple[list[str], list[str]] = ([], [])
+    markers: list[str] = []
+    foreign: list[str] = []
+    for name in sorted(names):
+        if name.startswith((".", ARCHIVE_PREFIX)):
+            continue  # tool-owned: .pending, .cleared, the index, overwritten capture...
+        stem = name.removesuffix(DATA_SUFFIX)
+        if stem != name and is_valid_rollout_id(stem):
+            data[0].append(stem)
+            data[1].append(name)
+            continue
+        stem = name.removesuffix(MARKER_SUFFIX)
+        if stem != name and is_valid_rollout_id(stem):
+            markers.append(stem)
+            continue
+        foreign.append(name)
+    return data, markers, foreign
+
+
+def _stat_all(fd: int, names: list[str]) -> list[os.stat_result | None]:
+    """``lstat`` of each name relative to ``fd`` (``None`` when it fails), in order. One
+    thread: on this overlay file system, threads made 358k ``stat`` calls slower (2.9–3.6 s
+    against 1.5–1.7 s), not faster."""
+    found: list[os.stat_result | None] = []
+    for name in names:
+        try:
+            found.append(os.stat(name, dir_fd=fd, follow_symlinks=False))
+        except OSError:
+            found.append(None)
+    return found
 
 
 def content_matches(path: Path, row: dict[str, Any]) -> bool:

@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Final
 
+import msgspec
 import orjson
 import polars as pl
 
@@ -26,11 +27,16 @@ from ngcapture_viz.frames.calls import CallColumns
 from ngcapture_viz.frames.gaps import AnalysisGap, GapRows
 from ngcapture_viz.frames.tool_calls import ToolCallColumns
 from ngcapture_viz.load._decode import (
+    FACTS_VERSION,
     CallValues,
     FactsMismatch,
+    FastLine,
     LineDecoder,
     NotAnObject,
+    decode_fast,
+    is_string_or_null,
 )
+from ngcapture_viz.load._facts_rows import FactsRows
 
 __all__ = ["RACY_NS", "FileState", "FileTask", "ScanResult", "fingerprint", "is_racy", "scan_files"]
 
@@ -135,6 +141,8 @@ def scan_files(tasks: list[FileTask], *, verify: bool = False) -> ScanResult:
 class _Scanner:
     def __init__(self, *, verify: bool) -> None:
         self.decoder = LineDecoder(verify=verify)
+        self.verify = verify
+        self.fast = FactsRows()
         self.calls = CallColumns()
         self.tools = ToolCallColumns()
         self.damaged = GapRows()
@@ -151,12 +159,16 @@ class _Scanner:
             return
         self.states.append(state)
         self.parsed += size
-        if len(self.calls) >= CHUNK_ROWS:
+        if len(self.calls) + len(self.fast) >= CHUNK_ROWS:
             self._flush()
 
     def _flush(self) -> None:
-        self.frames.append((self.calls.frame(), self.tools.frame()))
-        self.calls, self.tools = CallColumns(), ToolCallColumns()
+        if len(self.fast):
+            self.frames.append(self.fast.frames())
+            self.fast = FactsRows()
+        if len(self.calls) or not self.frames:
+            self.frames.append((self.calls.frame(), self.tools.frame()))
+            self.calls, self.tools = CallColumns(), ToolCallColumns()
 
     def result(self) -> ScanResult:
         self._flush()
@@ -214,7 +226,9 @@ class _Scanner:
         )
         return state, len(content)
 
-    def _lines(self, task: FileTask, content: bytes, consumed: int) -> tuple[int, int]:
+    def _lines(  # noqa: PLR0915 - one loop over the lines, kept whole: it runs per line
+        self, task: FileTask, content: bytes, consumed: int
+    ) -> tuple[int, int]:
         """Read every line of ``content`` (the file's bytes from ``task.start``); returns the
         next ``call_index`` and line number after the consumed part."""
         # The fast decoders skip text that is not UTF-8, which the reference decoder refuses:
@@ -222,7 +236,10 @@ class _Scanner:
         suspect = not content.isascii() and not _utf8(content)
         view = memoryview(content)
         find = content.find
-        decode = self.decoder.decode
+        decoder = self.decoder
+        decode = decoder.decode
+        fast_rows = self.fast
+        path = task.path
         base, index0, line0 = task.start, task.call_index, task.line
         pos = 0
         number = 0
@@ -242,6 +259,24 @@ class _Scanner:
                     next_call_index = index + 1
                 line = view[pos:end]
                 exact = suspect and not _utf8(line)
+                if not exact and decoder.expect_facts:
+                    fast = _fast(line)
+                    if fast is not None:
+                        fast_rows.add(
+                            fast,
+                            task.rollout_id,
+                            index,
+                            line0 + number - 1,
+                            offset,
+                            end - pos,
+                            path,
+                        )
+                        decoder.counts["facts"] += 1
+                        call_index += 1
+                        if unterminated:
+                            break
+                        pos = end + 1
+                        continue
                 mismatch: FactsMismatch | None = None
                 try:
                     values = decode(line, exact=exact)
@@ -288,9 +323,8 @@ class _Scanner:
             if unterminated:
                 break
             pos = end + 1
-        # Newlines before the last one count the lines read; the partial tail adds none.
-        next_line = line0 + content.count(b"\n")
-        return max(next_call_index, index0), next_line
+        # The loop ran once per newline, and once more for what follows the last one.
+        return max(next_call_index, index0), line0 + number - 1
 
     def _add(
         self,
@@ -325,6 +359,24 @@ class _Scanner:
             line_number=line,
             byte_offset=offset,
         )
+
+
+def _fast(line: memoryview) -> FastLine | None:
+    """The line for the columnar facts path, or ``None`` (then ``LineDecoder`` reads it)."""
+    try:
+        fast = decode_fast(line)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    facts = fast.ngcapture_facts
+    if facts is None or facts.v != FACTS_VERSION:
+        return None
+    raw = fast.request_raw
+    if raw and not is_string_or_null(raw):
+        return None
+    raw = fast.response_raw
+    if raw and not is_string_or_null(raw):
+        return None
+    return fast
 
 
 def _utf8(data: bytes | memoryview) -> bool:

@@ -233,21 +233,7 @@ class CaptureIndex:
         if old is not None:
             # Vectorized first pass: most files are unchanged on a warm open. A file that
             # could not be stat'ed has no row here and is re-read below.
-            stats_now = listing.stats.values()
-            current = pl.DataFrame(
-                {
-                    "name": list(listing.stats),
-                    "now_inode": [stat.st_ino for stat in stats_now],
-                    "now_size": [stat.st_size for stat in stats_now],
-                    "now_mtime": [stat.st_mtime_ns for stat in stats_now],
-                },
-                schema={
-                    "name": pl.String(),
-                    "now_inode": pl.Int64(),
-                    "now_size": pl.Int64(),
-                    "now_mtime": pl.Int64(),
-                },
-            )
+            current = listing.stat_frame
             joined = current.join(old.files, on="name", how="inner")
             same = (
                 (pl.col("now_inode") == pl.col("inode"))
@@ -353,7 +339,8 @@ class CaptureIndex:
             )
             kept_files = kept_files.filter(~pl.col("name").is_in([s.name for s in result.states]))
         self.files = pl.concat([kept_files, fresh_states]).sort("name")
-        self.calls = pl.concat([kept[0], fresh[0]]).sort("path", "call_index")
+        # In the frames' order: a warm open then only checks it (``_assemble._sorted``).
+        self.calls = pl.concat([kept[0], fresh[0]]).sort("rollout_id", "call_index")
         self.tool_calls = pl.concat([kept[1], fresh[1]]).sort(
             "rollout_id", "call_index", "tool_index"
         )

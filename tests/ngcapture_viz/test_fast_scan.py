@@ -107,6 +107,9 @@ def _assert_same(root: Path, *, verify: bool = False) -> _scan.ScanResult:
     old.damaged = _sorted(old.damaged)
     new = _scan.scan_files(_tasks(_scan, root), verify=verify)
     new.damaged = _sorted(new.damaged)
+    # Lines read from their facts come in chunks of their own: the index sorts the rows.
+    new.calls = new.calls.sort("path", "call_index")
+    new.tool_calls = new.tool_calls.sort("rollout_id", "call_index", "tool_index")
     assert_frame_equal(new.calls, old.calls, check_exact=True)
     assert_frame_equal(new.tool_calls, old.tool_calls, check_exact=True)
     if verify:  # verify adds a gap per line whose facts differ; the rest is the same
@@ -183,7 +186,9 @@ def test_fuzzed_damage_gives_todays_rows_and_damage(tmp_path: Path, seed: int) -
         plain = _scan.scan_files(_tasks(_scan, tmp_path))
         old = reference.scan_files(_tasks(reference, tmp_path))
         key = ["rollout_id", "call_index"]
-        unflagged = plain.calls.join(flagged.select(key), on=key, how="anti")
+        unflagged = plain.calls.join(flagged.select(key), on=key, how="anti").sort(
+            "path", "call_index"
+        )
         assert_frame_equal(
             unflagged, old.calls.join(flagged.select(key), on=key, how="anti"), check_exact=True
         )
@@ -292,3 +297,25 @@ def test_microseconds_round_as_datetime_does() -> None:
         assert micros(value) == expected, value
     assert micros(-1.0) is None and micros(math.nan) is None and micros(3e11) is None
     assert FACTS_VERSION == 1
+
+
+def test_the_listing_sorts_names_as_is_valid_rollout_id_does(tmp_path: Path) -> None:
+    from ngcapture_viz.load._listing import DirListing, _sort_names, _sort_names_slowly
+
+    names = ["3-1.capture.jsonl", "0-0.capture.jsonl", "0-0.capture.incomplete", "notes.txt",
+             "a..b.capture.jsonl", "-x.capture.jsonl", "x y.capture.jsonl", "é.capture.jsonl",
+             ".hidden.capture.jsonl", "x" * 200 + ".capture.jsonl", "x" * 201 + ".capture.jsonl",
+             "ok.capture.jsonl.bak", "a\nb.capture.jsonl", "1-0-a1.capture.jsonl",
+             "1-0.capture.incomplete.capture.jsonl", ".capture.jsonl", "Z_9.capture.incomplete"]  # fmt: skip
+    assert _sort_names(names) == _sort_names_slowly(names)
+    root = tmp_path / "store"
+    root.mkdir()
+    for name in ("0-0.capture.jsonl", "notes.txt"):
+        (root / name).write_bytes(b"")
+    (root / "d.capture.jsonl").mkdir()
+    fd = os.open(bytes(root) + b"/\xff.capture.jsonl", os.O_CREAT | os.O_WRONLY)
+    os.close(fd)
+    listing = DirListing.read(root)  # a name that is not UTF-8: sorted the slow way
+    assert list(listing.data) == ["0-0"]
+    assert listing.foreign == sorted(["d.capture.jsonl", "notes.txt", "\udcff.capture.jsonl"])
+    assert listing.stat_frame["name"].to_list() == ["0-0.capture.jsonl"]
