@@ -120,7 +120,10 @@ def _sources(function: F) -> F:
     )(function)
 
 
-@click.command(epilog="\b\nExample:\n  ngcapture index results/model-calls --workers 4")
+@click.command(
+    epilog="\b\nExample:\n  ngcapture index results/model-calls\n"
+    "  ngcapture index /shared/run-7/model-calls --ray 10.0.0.5:6379   # on a Ray cluster"
+)
 @click.argument("capture_dir", type=_RUN_PATH)
 @click.option(
     "--index-dir",
@@ -133,19 +136,44 @@ def _sources(function: F) -> F:
     type=click.IntRange(min=1),
     help="Processes for a cold build.  [default: the number of cores]",
 )
+@click.option(
+    "--ray",
+    "ray_address",
+    is_flag=False,
+    flag_value="auto",
+    metavar="[ADDRESS]",
+    help="Parse on a Ray cluster: ADDRESS (host:port), or alone the one RAY_ADDRESS or "
+    "`ray start` names, else a new local one. The store and the index folder must be on a "
+    "file system every node sees.",
+)
 @_quiet
-def index(*, capture_dir: Path, index_dir: Path | None, workers: int | None, quiet: bool) -> int:
+def index(
+    *,
+    capture_dir: Path,
+    index_dir: Path | None,
+    workers: int | None,
+    ray_address: str | None,
+    quiet: bool,
+) -> int:
     """Build or refresh the sidecar index of CAPTURE_DIR, so that opening it is fast."""
     from ngcapture_viz import CaptureIndex
 
+    engine = "ray" if ray_address is not None else "local"
     with _reading(strict=False):
-        built = CaptureIndex(capture_dir, index_dir=index_dir, workers=workers)
+        built = CaptureIndex(
+            capture_dir,
+            index_dir=index_dir,
+            workers=workers,
+            engine=engine,
+            ray_address=ray_address,
+        )
         stats = built.refresh(progress=not quiet, require_write=True)
     print(
         f"indexed {stats.files:,} capture files ({built.calls.height:,} calls, "
         f"{built.damaged.height:,} damaged lines): {stats.new:,} new, {stats.appended:,} "
         f"appended, {stats.reread:,} re-read, {stats.reused:,} unchanged, {stats.removed:,} "
         f"removed; parsed {stats.bytes_parsed / 1e6:,.1f} MB with {stats.workers} process(es)"
+        + (" on Ray" if engine == "ray" else "")
     )
     print(f"index: {stats.location}")
     return 0

@@ -246,6 +246,8 @@ def open_run(
     tokens_dir: PathLike | None = None,
     verify: bool = False,
     storage_options: Mapping[str, Any] | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
 ) -> CaptureRun:
     """Open a run from a capture directory, a rollout JSONL file, or both.
 
@@ -269,6 +271,9 @@ def open_run(
             (``s3://bucket/run/model-calls``, any fsspec URL): options of the file system,
             such as ``{"endpoint_url": ..., "anon": True}``. Such sources are mirrored to the
             user cache, incrementally, and opened from there (``ngcapture_viz.load.remote``).
+        engine: who parses what the index lacks: ``"local"`` (this process) or ``"ray"`` (the
+            Ray cluster at ``ray_address``, default: the one ``RAY_ADDRESS`` names or a new
+            local one; ``ngcapture_viz.load.ray_engine``). Both write the same index.
 
     Raises:
         SourceError: neither source given, or one does not exist.
@@ -292,6 +297,15 @@ def open_run(
         Path(capture_dir).absolute() if capture_dir is not None else None,
         Path(rollouts).absolute() if rollouts is not None else None,
     )
+    if engine != "local" and sources.capture_dir is not None:
+        if not index or verify:
+            raise SourceError(
+                f"engine={engine!r} builds the index: not with index=False or verify=True"
+            )
+        # The cluster brings the index up to date; the open below then reads it warm.
+        CaptureIndex(
+            sources.capture_dir, index_dir=index_dir, engine=engine, ray_address=ray_address
+        ).refresh(progress=progress)
     if label is None:
         label = _default_label(sources)
     store_rows = None

@@ -103,7 +103,13 @@ class CaptureIndex:
         index_dir: str | os.PathLike[str] | None = None,
         workers: int | None = None,
         verify: bool = False,
+        engine: str = "local",
+        ray_address: str | None = None,
     ) -> None:
+        if engine not in ("local", "ray"):
+            raise ValueError(f"engine must be 'local' or 'ray', not {engine!r}")
+        self.engine = engine  # who parses: this process, or a Ray cluster (load/ray_engine.py)
+        self.ray_address = ray_address
         self.root = Path(capture_dir).absolute()
         self._explicit = Path(index_dir).absolute() if index_dir is not None else None
         self.workers = 1  # ``workers`` is accepted and ignored: one process reads (issue 19)
@@ -298,6 +304,21 @@ class CaptureIndex:
         self, tasks: list[FileTask], stats: IndexStats, *, progress: bool | None
     ) -> ScanResult:
         total = sum(self._remaining(task) for task in tasks)
+        if self.engine == "ray" and tasks:
+            from ngcapture_viz.load.ray_engine import scan_on_ray
+
+            with progress_bar(total, "indexing on Ray", enabled=progress) as bar:
+                result = scan_on_ray(
+                    tasks,
+                    [self._remaining(task) for task in tasks],
+                    places=[self._explicit] if self._explicit else self.candidates(),
+                    address=self.ray_address,
+                    verify=self.verify,
+                    on_progress=bar.update,
+                )
+            stats.workers = result.processes
+            stats.decoded = result.decoded
+            return result
         with progress_bar(total, "indexing", enabled=progress and total > 0) as bar:
             result = scan_files(tasks, verify=self.verify)
             bar.update(total)
