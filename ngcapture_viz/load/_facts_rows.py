@@ -16,7 +16,7 @@ import polars as pl
 
 from ngcapture_viz.frames.calls import CALLS, LENGTH_FINISH_REASONS
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS
-from ngcapture_viz.load._decode import FastLine, micros_series
+from ngcapture_viz.load._line_types import FastLine, micros_series
 
 __all__ = ["FactsRows"]
 
@@ -135,7 +135,7 @@ class FactsRows:
             for position, tool in enumerate(f.tool_calls)
         ]
         lines = self.lines
-        data = {
+        data: dict[str, Any] = {
             "rollout_id": [self.rollout_ids[n] for n, _, _ in rows],
             "model_call_id": [lines[n].model_call_id for n, _, _ in rows],
             "call_index": [self.call_indexes[n] for n, _, _ in rows],

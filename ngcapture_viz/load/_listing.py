@@ -22,6 +22,11 @@ from ngcapture_viz.load._scan import _PROBE, fingerprint
 __all__ = ["DirListing", "content_matches", "prefix_matches"]
 
 
+STAT_SCHEMA: Final = pl.Schema(
+    {"name": pl.String(), "now_inode": pl.Int64(), "now_size": pl.Int64(), "now_mtime": pl.Int64()}
+)
+
+
 @dataclass
 class DirListing:
     """The entries of a capture directory, sorted into what they are."""
@@ -90,9 +95,6 @@ class DirListing:
         return listing
 
 
-STAT_SCHEMA: Final = pl.Schema(
-    {"name": pl.String(), "now_inode": pl.Int64(), "now_size": pl.Int64(), "now_mtime": pl.Int64()}
-)
 _ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"  # capture_core.ids.ROLLOUT_ID_PATTERN
 
 

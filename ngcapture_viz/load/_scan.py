@@ -23,20 +23,13 @@ import polars as pl
 
 from capture_core import InvalidRecordError, paused_gc
 from capture_core._lines import TORN_REASON
+from capture_core.facts import FACTS_VERSION
 from ngcapture_viz.frames.calls import CallColumns
 from ngcapture_viz.frames.gaps import AnalysisGap, GapRows
 from ngcapture_viz.frames.tool_calls import ToolCallColumns
-from ngcapture_viz.load._decode import (
-    FACTS_VERSION,
-    CallValues,
-    FactsMismatch,
-    FastLine,
-    LineDecoder,
-    NotAnObject,
-    decode_fast,
-    is_string_or_null,
-)
+from ngcapture_viz.load._decode import CallValues, FactsMismatch, LineDecoder, NotAnObject
 from ngcapture_viz.load._facts_rows import FactsRows
+from ngcapture_viz.load._line_types import FastLine, decode_fast, is_string_or_null
 
 __all__ = ["RACY_NS", "FileState", "FileTask", "ScanResult", "fingerprint", "is_racy", "scan_files"]
 

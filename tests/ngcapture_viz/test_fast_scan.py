@@ -25,8 +25,8 @@ import ngcapture_viz as ngv
 from capture_core.facts import FACTS_KEY, FACTS_VERSION, call_facts
 from capture_core.testing import CaptureLineFactory
 from ngcapture_viz.load import _scan
-from ngcapture_viz.load._decode import micros
 from ngcapture_viz.load._index_files import MAX_DELTAS
+from ngcapture_viz.load._line_types import micros
 from tests.ngcapture_viz import _reference_scan as reference
 
 
