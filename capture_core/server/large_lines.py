@@ -6,7 +6,9 @@ call of the server waits. Calls whose bodies weigh :data:`LARGE_LINE_BYTES` or m
 to a worker process of the standard library's ``ProcessPoolExecutor`` instead: the server only
 pickles the bytes over (a copy) and waits, without the GIL, for the number of bytes appended.
 The worker appends through the same :class:`~capture_core.store.CaptureStore` code, so locking,
-``fsync`` and torn-tail handling are the same. The pool starts on the first large line.
+``fsync`` and torn-tail handling are the same. The pool starts on the first large line; a
+worker that dies (killed for its memory, say) costs at most the line it was writing, and the
+next line gets a new pool.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import multiprocessing
 import threading
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Final
 
 from capture_core.exceptions import CaptureStoreError, LineEncodingError
@@ -61,20 +64,41 @@ class LargeLines:
         Raises:
             CaptureStoreError: the worker could not append it (the reason is in the message).
         """
-        with self._lock:
-            if self._pool is None:
-                # spawn: a fork of a threaded server could inherit a held lock.
-                context = multiprocessing.get_context("spawn")
-                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context)
-            pool = self._pool
-        written, error = pool.submit(
-            _append_in_worker, str(store.root), rollout_id, exchange, failure
-        ).result()
+        args = (str(store.root), rollout_id, exchange, failure)
+        pool = self._current()
+        try:
+            future = pool.submit(_append_in_worker, *args)
+        except BrokenProcessPool:  # its worker died since the last large line: start anew
+            self._discard(pool)
+            pool = self._current()
+            future = pool.submit(_append_in_worker, *args)
+        try:
+            written, error = future.result()
+        except BrokenProcessPool as exc:  # the worker died while writing this line
+            self._discard(pool)
+            raise CaptureStoreError(
+                "the process writing a large capture line died", path=store.path_for(rollout_id)
+            ) from exc
         if written is None:
             raise CaptureStoreError(
                 f"could not append a large capture line: {error}", path=store.path_for(rollout_id)
             )
         return written
+
+    def _current(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                # spawn: a fork of a threaded server could inherit a held lock.
+                context = multiprocessing.get_context("spawn")
+                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context)
+            return self._pool
+
+    def _discard(self, pool: ProcessPoolExecutor) -> None:
+        """Drop a broken pool (once, whichever thread sees it first)."""
+        with self._lock:
+            if self._pool is pool:
+                self._pool = None
+        pool.shutdown(wait=False)
 
     def close(self) -> None:
         with self._lock:
