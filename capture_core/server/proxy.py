@@ -5,7 +5,9 @@ URL, the path from the (already normalised) request path, so no request can stee
 another host. Only the headers the client sent are forwarded (minus hop-by-hop ones; ``host``
 and ``content-length`` are set for the upstream); the client library adds none of its own. Bytes
 pass through unchanged both ways (no decompression); a ``Location`` that names the upstream is
-rewritten to the proxy's own prefixed path, and one that names another host is refused.
+rewritten to the proxy's own prefixed path, and one that names another host is refused (502), as
+is an answer the client's HTTP/1.1 could not carry (a status outside 200-599, a header name or
+value that is not valid HTTP): the client never gets a dropped connection instead.
 
 When the worker cannot be reached the client gets a 502 (504 on a timeout) with an error body in
 the dialect's shape; when the worker drops a stream midway the client's connection is dropped
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -54,10 +57,16 @@ _HOP_BY_HOP_BYTES: Final = frozenset(name.encode() for name in _HOP_BY_HOP)
 _NO_AUTO_HEADERS: Final = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
 _REWRITTEN: Final = frozenset({b"location", b"content-location"})
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
+# RFC 9110 §5.1 and §5.5: what a header name and value may hold (uvicorn refuses the rest).
+_HEADER_NAME: Final = re.compile(rb"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_HEADER_VALUE_BAD: Final = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+# How a browser reads a Location (WHATWG URL): tabs and newlines dropped, '\' as '/'.
+_URL_NOISE: Final = str.maketrans({"\\": "/", "\t": None, "\n": None, "\r": None})
 
 
-class RedirectRefusedError(Exception):
-    """The upstream answered with a ``Location`` on another host."""
+class AnswerRefusedError(Exception):
+    """The upstream's answer cannot be passed on: a ``Location`` on another host, or a status
+    or header the client's connection cannot carry."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,8 +245,10 @@ class UpstreamProxy:
     ) -> bool:
         """Relay status, headers and body; True when the whole body was relayed."""
         try:
+            if not 200 <= response.status <= 599:
+                raise AnswerRefusedError(f"upstream answered with status {response.status}")
             headers = self._response_headers(scope, response, origin)
-        except RedirectRefusedError as exc:
+        except AnswerRefusedError as exc:
             watch.stop()
             _note(scope, ErrorCategory.UPSTREAM_ERROR)
             await send_error(send, scope["path"], 502, str(exc))
@@ -278,6 +289,8 @@ class UpstreamProxy:
             lower = name.lower()
             if lower in dropped:
                 continue
+            if not _HEADER_NAME.match(lower) or _HEADER_VALUE_BAD.search(value):
+                raise AnswerRefusedError("upstream answered with a header that is not valid HTTP")
             if lower in _REWRITTEN:
                 headers.append(
                     (lower, _rewrite_location(value, origin, scope.get(PREFIX_KEY, b"")))
@@ -291,13 +304,13 @@ def _rewrite_location(value: bytes, origin: _Origin, prefix: bytes) -> bytes:
     """Point a ``Location`` that names the upstream at the proxy's own prefixed path.
 
     Raises:
-        RedirectRefusedError: it names another host.
+        AnswerRefusedError: it names another host (read as a browser would: ``\\host`` too).
     """
-    text = value.decode("latin-1").strip()
+    text = value.decode("latin-1").strip().translate(_URL_NOISE)
     parts = urlsplit(text)
     if parts.scheme or parts.netloc or text.startswith("//"):
         if not origin.owns(text):
-            raise RedirectRefusedError(
+            raise AnswerRefusedError(
                 "upstream redirected to another host; the redirect was refused"
             )
         text = parts.path or "/"
