@@ -13,7 +13,8 @@ exclusive ``flock`` on ``<dir>/.writers/<writer>.lock`` for as long as it runs, 
 can be taken (or a lock file that is gone) means the writer died and its marked calls will never
 land (:attr:`PendingCall.lost`). A marker whose line did land (the writer died between the two)
 is not evidence of a loss: :func:`sweep_markers` removes it, and readers that have the capture
-file skip it.
+file skip it. A collector about to rerun a rollout under the same id removes that rollout's
+lost marks (:func:`forget_lost`): they belong to the attempt it archives, not to the rerun.
 
 Markers of older versions, one empty file per call named ``<rollout_id>@<model_call_id>``
 (optionally ``@<writer>``), are still read; without a writer they count as live.
@@ -43,6 +44,7 @@ __all__ = [
     "SweepReport",
     "all_pending_writes",
     "blank_slot",
+    "forget_lost",
     "mark_pending",
     "marker_name",
     "pending_calls",
@@ -170,8 +172,8 @@ def _parse_marker(text: str) -> tuple[str, str, str | None] | None:
     return rollout_id, call_id, writer or None
 
 
-def _slot_marks(data: bytes, needle: bytes | None) -> list[tuple[str, str]]:
-    """The ``(rollout_id, model_call_id)`` marked in a slots file's bytes."""
+def _slot_marks(data: bytes, needle: bytes | None) -> list[tuple[int, str, str]]:
+    """The ``(offset, rollout_id, model_call_id)`` marked in a slots file's bytes."""
     if needle is not None and needle not in data:
         return []  # the common case for a rollout: nothing of it here
     found = []
@@ -181,7 +183,7 @@ def _slot_marks(data: bytes, needle: bytes | None) -> list[tuple[str, str]]:
             continue
         parsed = _parse_marker(slot.rstrip(b" \n\0").decode("ascii", "replace"))
         if parsed is not None and parsed[2] is None:  # a torn slot (read mid-write) is skipped
-            found.append(parsed[:2])
+            found.append((start, parsed[0], parsed[1]))
     return found
 
 
@@ -223,7 +225,7 @@ def pending_calls(root: Path, rollout_id: str | None = None) -> list[PendingCall
                 data = path.read_bytes()
             except FileNotFoundError:
                 continue  # swept meanwhile
-            for rid, call_id in _slot_marks(data, needle):
+            for _, rid, call_id in _slot_marks(data, needle):
                 if rollout_id is None or rid == rollout_id:
                     found.append(PendingCall(rid, call_id, token, state_of(token), path))
             continue
@@ -234,6 +236,42 @@ def pending_calls(root: Path, rollout_id: str | None = None) -> list[PendingCall
         found.append(PendingCall(rid, call_id, writer, state_of(writer), path))
     found.sort(key=lambda p: (p.rollout_id, p.model_call_id))
     return found
+
+
+def forget_lost(root: Path, rollout_id: str) -> list[PendingCall]:
+    """Remove the marks of ``rollout_id``'s calls whose writer died; return what was removed.
+
+    For a collector about to rerun the rollout under the same id: those calls belonged to the
+    attempt it archives, and left in place they would read as lost calls of the rerun. Marks of
+    running writers are left alone (a dead writer never writes its slots file again).
+
+    Example:
+        >>> [p.model_call_id for p in forget_lost(Path("/abs/model-calls"), "0-0")]
+        ... # doctest: +SKIP
+        ['c0ffee']
+    """
+    lost = [call for call in pending_calls(root, rollout_id) if call.lost]
+    by_file: dict[Path, set[str]] = {}
+    for call in lost:
+        by_file.setdefault(call.path, set()).add(call.model_call_id)
+    needle = (rollout_id + _SEPARATOR).encode()
+    for path, call_ids in by_file.items():
+        if not path.name.endswith(SLOTS_SUFFIX):  # an older version's marker file
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            continue
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            continue  # swept meanwhile
+        try:
+            data = os.pread(fd, os.fstat(fd).st_size, 0)
+            for offset, rid, call_id in _slot_marks(data, needle):
+                if rid == rollout_id and call_id in call_ids:
+                    os.pwrite(fd, _BLANK, offset)
+        finally:
+            os.close(fd)
+    return lost
 
 
 def all_pending_writes(root: Path) -> list[tuple[str, str]]:

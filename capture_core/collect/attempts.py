@@ -38,7 +38,7 @@ from capture_core.ids import (
     rollout_id_from_body,
     validate_rollout_id,
 )
-from capture_core.pending import wait_for_pending
+from capture_core.pending import forget_lost, wait_for_pending
 from capture_core.store import DATA_SUFFIX, MARKER_SUFFIX, CaptureStore
 
 __all__ = [
@@ -291,10 +291,13 @@ def rollout_ids(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 @dataclass(slots=True)
 class ClearReport:
-    """What clearing did: the archived files (their new paths) and the writes still pending."""
+    """What clearing did: the archived files (their new paths), the writes still pending (of
+    running servers), and the calls of the archived attempts whose server died before their
+    line landed (their marks are removed: the rerun does not inherit them)."""
 
     moved: list[Path] = field(default_factory=list)
     still_pending: dict[str, list[str]] = field(default_factory=dict)
+    lost: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def pending_count(self) -> int:
@@ -335,12 +338,24 @@ def clear_rollouts(
             left = max(0.0, deadline - time.monotonic())
             pending = wait_for_pending(store.root, rollout_id, timeout_s=left)
             if pending:
-                report.still_pending.setdefault(rollout_id, []).extend(pending)
+                lost = sorted(c.model_call_id for c in forget_lost(store.root, rollout_id))
+                if lost:
+                    report.lost.setdefault(rollout_id, []).extend(lost)
+                if live := [call_id for call_id in pending if call_id not in lost]:
+                    report.still_pending.setdefault(rollout_id, []).extend(live)
             report.moved += _archive(store, rollout_id, into)
     if report.moved:
         where = ", ".join(sorted({str(path.parent) for path in report.moved}))
         logger.info("archived %d earlier capture file(s) of the rollouts about to run into %s",
                     len(report.moved), where)  # fmt: skip
+    if report.lost:
+        named = sorted(report.lost.items())[:10]
+        logger.warning(
+            "%d call(s) of earlier attempts of %d rollout(s) about to run were lost when their "
+            "capture server died: %s; their marks are removed, the rerun starts without them",
+            sum(map(len, report.lost.values())), len(report.lost),
+            ", ".join(f"{rid}: {' '.join(calls)}" for rid, calls in named),
+        )  # fmt: skip
     if report.still_pending:
         logger.warning(
             "%d capture write(s) of %d rollout(s) about to run were still pending after %.1f s: "
