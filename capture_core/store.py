@@ -307,7 +307,9 @@ class CaptureStore:
         """
         marker = self.marker_path(rollout_id)
         try:
-            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            # O_NOFOLLOW: a symlink planted at the marker's path must not create a file elsewhere.
+            flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+            fd = os.open(marker, flags, 0o644)
             try:
                 os.fsync(fd)
             finally:
