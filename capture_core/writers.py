@@ -105,10 +105,14 @@ class CaptureWriter:
             (self.root / name).mkdir(exist_ok=True)
         flags = os.O_CLOEXEC | os.O_NOFOLLOW
         lock_path = self.root / WRITERS_DIR / f"{self.token}{LOCK_SUFFIX}"
-        self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | flags, 0o644)
+        # Locked under a name no reader looks at, then renamed into place: a lock file that a
+        # reader (or a sweep) can see is always held, so a starting server never looks dead.
+        unlocked = lock_path.with_name(lock_path.name + ".new")
+        self._lock_fd = os.open(unlocked, os.O_RDWR | os.O_CREAT | os.O_EXCL | flags, 0o644)
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
         about = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": time.time()}
         write_all(self._lock_fd, orjson.dumps(about) + b"\n")
+        os.rename(unlocked, lock_path)
         self.failure_log = self.root / FAILURES_DIR / f"{self.token}{FAILURE_LOG_SUFFIX}"
         self._failures = os.open(
             self.failure_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | flags, 0o644

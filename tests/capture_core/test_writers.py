@@ -6,6 +6,7 @@ them.
 
 from __future__ import annotations
 
+import fcntl
 import signal
 import subprocess
 import sys
@@ -219,3 +220,28 @@ def test_the_attachment_names_lost_and_failed_calls_one_by_one(tmp_path: Path, w
     later = capture_attachment([tmp_path], "0-0", drain_timeout_s=5, since=time.time() + 60)
     assert [g.code for g in later.gaps].count("model_call_capture_failed") == 0
     assert "model_call_capture_incomplete" in [g.code for g in later.gaps]
+
+
+def test_a_sweep_while_a_writer_starts_never_takes_it_for_dead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A sweep between the lock file's creation and its flock removed the lock file of a
+    running server (was): from then on every reader took the server for dead."""
+    real_flock = fcntl.flock  # readers call it too
+    swept: list[object] = []
+
+    def sweep_first(fd: int, operation: int) -> None:
+        if operation == fcntl.LOCK_EX and not swept:  # a writer about to lock its file
+            swept.append(sweep_markers(tmp_path))
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", sweep_first)
+    writer = CaptureWriter(tmp_path)
+    monkeypatch.undo()
+    try:
+        assert writer_alive(tmp_path, writer.token)
+        assert sweep_markers(tmp_path).writers_removed == []
+        assert writer.mark("0-0", "c1")
+        assert [(p.model_call_id, p.state) for p in pending_calls(tmp_path)] == [("c1", "live")]
+        writer.unmark("0-0", "c1")
+    finally:
+        writer.close()
+    assert list((tmp_path / ".writers").iterdir()) == []
