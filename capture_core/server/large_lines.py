@@ -14,6 +14,7 @@ next line gets a new pool.
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -36,6 +37,12 @@ def append_exchange(
         return store.record(rollout_id, exchange.line(failure))
     except LineEncodingError:
         return store.record(rollout_id, exchange.line(failure, objects=False))
+
+
+def _ignore_interrupts() -> None:
+    """The worker's start: a Ctrl-C at the terminal (SIGINT to the whole process group) is the
+    server's to handle; the worker finishes the line it is writing instead of tearing it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _append_in_worker(
@@ -90,7 +97,9 @@ class LargeLines:
             if self._pool is None:
                 # spawn: a fork of a threaded server could inherit a held lock.
                 context = multiprocessing.get_context("spawn")
-                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context)
+                self._pool = ProcessPoolExecutor(
+                    max_workers=1, mp_context=context, initializer=_ignore_interrupts
+                )
             return self._pool
 
     def _discard(self, pool: ProcessPoolExecutor) -> None:

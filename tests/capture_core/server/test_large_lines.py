@@ -56,3 +56,22 @@ def test_a_worker_dying_on_a_line_fails_that_line_only(tmp_path: Path) -> None:
     finally:
         lines.close()
     assert len(store.read("r").entries) == 1
+
+
+def test_a_ctrl_c_at_the_terminal_leaves_the_worker_to_finish_its_line(tmp_path: Path) -> None:
+    """SIGINT reaches the whole process group; it is the server's to handle (a graceful stop),
+    and the worker must not die mid-append, tearing the line (was: KeyboardInterrupt)."""
+    store = CaptureStore(tmp_path, create=True)
+    lines = LargeLines()
+    try:
+        assert lines.write(store, "r", exchange(), None) > 0
+        pool = lines._pool
+        assert pool is not None
+        (pid,) = pool._processes
+        os.kill(pid, signal.SIGINT)
+        time.sleep(1.0)
+        assert lines._pool is pool and not pool._broken
+        assert lines.write(store, "r", exchange(), None) > 0
+        assert lines._pool is pool and list(pool._processes) == [pid]
+    finally:
+        lines.close()
