@@ -200,8 +200,11 @@ class CaptureWriter:
         """Close the registration. Idempotent. With no call left marked, its lock and slots
         files go too; otherwise they stay, since the marked calls' writes never landed
         (:func:`~capture_core.pending.sweep_markers` reports and removes them). The failure log
-        always stays."""
+        always stays; the space reserved beyond its end is given back."""
         tidy = getattr(self, "_slots", None) is not None and not self._in_use
+        if getattr(self, "_failures", None) is not None:
+            with contextlib.suppress(OSError):  # cut at its own size: frees the reservation
+                os.ftruncate(self._failures, os.fstat(self._failures).st_size)
         for name in ("_failures", "_slots", "_spare", "_lock_fd"):
             fd = getattr(self, name, None)
             if fd is not None:

@@ -245,3 +245,18 @@ def test_a_sweep_while_a_writer_starts_never_takes_it_for_dead(tmp_path: Path, m
     finally:
         writer.close()
     assert list((tmp_path / ".writers").iterdir()) == []
+
+
+def test_closing_gives_back_the_space_reserved_for_the_failure_log(tmp_path: Path) -> None:
+    """Was: every server start kept 1 MiB of disk for good (the log always stays, and so did
+    its reservation beyond its end)."""
+    writer = CaptureWriter(tmp_path)
+    if not writer.reserved:
+        pytest.skip("this file system cannot reserve space (fallocate)")
+    writer.record_failure(CaptureFailure(rollout_id="0-0", model_call_id="c0", failed_at=1.0,
+                                         reason="ENOSPC"))  # fmt: skip
+    log = writer.failure_log
+    assert log.stat().st_blocks * 512 >= 1 << 20
+    writer.close()
+    assert log.stat().st_blocks * 512 < 64 * 1024
+    assert [f.model_call_id for f in read_capture_failures(tmp_path).failures] == ["c0"]
