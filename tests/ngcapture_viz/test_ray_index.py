@@ -55,21 +55,28 @@ def cluster() -> Iterator[str]:
         # ray.init turns 127.0.0.1 into the machine's address), here and in subprocesses.
         patch.setattr(ray._private.ray_constants, "ENABLE_RAY_CLUSTER", False)
         patch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-        # A loaded 2-core machine can take longer than Ray's default to start its agents.
-        patch.setenv("RAY_agent_register_timeout_ms", "120000")
         patch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
         patch.delenv("RAY_ADDRESS", raising=False)
         try:
-            ray.init(
-                address="local",
-                num_cpus=2,
-                include_dashboard=False,
-                _node_ip_address="127.0.0.1",
-                object_store_memory=256 * 1024 * 1024,
-                log_to_driver=False,
-                _temp_dir=temp,
-                runtime_env={"worker_process_setup_hook": "tests.ngcapture_viz._ray_hooks.setup"},
-            )
+            for attempt in range(2):
+                try:
+                    ray.init(
+                        address="local",
+                        num_cpus=2,
+                        include_dashboard=False,
+                        _node_ip_address="127.0.0.1",
+                        object_store_memory=256 * 1024 * 1024,
+                        log_to_driver=False,
+                        _temp_dir=temp,
+                        runtime_env={
+                            "worker_process_setup_hook": "tests.ngcapture_viz._ray_hooks.setup"
+                        },
+                    )
+                    break
+                except Exception as exc:  # Ray's agents missed its 30 s deadline: once more
+                    ray.shutdown()
+                    if attempt or "timed out during startup" not in str(exc):
+                        raise
             address = ray.get_runtime_context().gcs_address
             assert address.startswith("127.0.0.1:"), address
             yield address
