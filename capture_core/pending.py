@@ -182,7 +182,10 @@ def _slot_marks(data: bytes, needle: bytes | None) -> list[tuple[int, str, str]]
         if slot == _BLANK or not slot.strip(b" \n\0"):
             continue
         parsed = _parse_marker(slot.rstrip(b" \n\0").decode("ascii", "replace"))
-        if parsed is not None and parsed[2] is None:  # a torn slot (read mid-write) is skipped
+        # A slot read while its writer rewrites it may be torn: one that does not parse is
+        # skipped; one that does may name a shortened id. Either belongs to a live writer (a
+        # dead one writes nothing more), so it only changes what one poll of a wait sees.
+        if parsed is not None and parsed[2] is None:
             found.append((start, parsed[0], parsed[1]))
     return found
 

@@ -131,7 +131,6 @@ class CaptureWriter:
         self._spare: int | None = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         self._spare_lock = threading.Lock()
         self._failure_lock = threading.Lock()
-        self.failures_logged = 0
 
     def _grow(self) -> None:
         """Add as many blank slots as there are (at least :data:`SLOTS_AT_START`)."""
@@ -194,7 +193,6 @@ class CaptureWriter:
         with self._failure_lock:
             write_all(self._failures, line)
             os.fdatasync(self._failures)
-            self.failures_logged += 1
 
     def close(self) -> None:
         """Close the registration. Idempotent. With no call left marked, its lock and slots

@@ -106,8 +106,6 @@ class CapturedCall:
         # Pending from now until the line is durable, visible to other processes.
         self.owner.counters.add("writes_outstanding")
         self._mark()
-        self.t0 = time.perf_counter()
-        exchange.started_at = time.time()
         try:
             await self.owner.app(self.scope, copy_request, copy_response)
         except asyncio.CancelledError:
@@ -248,13 +246,16 @@ class CapturedCall:
             if large is not None and self.exchange.size >= LARGE_LINE_BYTES:
                 # Parsing and encoding tens of MiB holds the GIL for a fifth of a second:
                 # done in another process, so the other calls do not wait for it.
-                return large.write(self.store, self.rollout_id, self.exchange, category)
-            return self._append(self.exchange, category)
+                written = large.write(self.store, self.rollout_id, self.exchange, category)
+            else:
+                written = self._append(self.exchange, category)
         except Exception as exc:
-            self._failed(exc)
+            if self._failed(exc):
+                self._unmark()
+            # else the mark stays: the only evidence left on disk that this call was lost
             return None
-        finally:
-            self._unmark()
+        self._unmark()
+        return written
 
     def _append(self, exchange: Exchange, category: str | None) -> int:
         try:
@@ -268,20 +269,24 @@ class CapturedCall:
                 lambda: append_exchange(self.store, self.rollout_id, exchange, category)
             )
 
-    def _failed(self, exc: Exception) -> None:
+    def _failed(self, exc: Exception) -> bool:
+        """Log and record a failed write; whether it is on disk (the failure log, or at least
+        the rollout's incomplete marker)."""
         exchange, writer = self.exchange, self.owner.writer
         cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
         reason = os_reason(cause) if isinstance(cause, OSError) else str(exc)
         limited.warning("capture-failed", "capture of call %s in rollout %s failed: %s",
                         exchange.model_call_id, self.rollout_id, reason)  # fmt: skip
+        logged = False
         if writer is not None:
             failure = CaptureFailure(
                 rollout_id=self.rollout_id, model_call_id=exchange.model_call_id,
                 dialect=exchange.dialect, started_at=exchange.started_at, failed_at=time.time(),
                 reason=reason, writer=writer.token,
             )  # fmt: skip
-            _guard(lambda: writer.record_failure(failure), "log the capture failure")
-        _guard(lambda: self.store.mark_incomplete(self.rollout_id), "mark it incomplete")
+            logged = _guard(lambda: writer.record_failure(failure), "log the capture failure")
+        marked = _guard(lambda: self.store.mark_incomplete(self.rollout_id), "mark it incomplete")
+        return logged or marked
 
     def _unmark(self) -> None:
         writer, call_id = self.owner.writer, self.exchange.model_call_id
@@ -300,9 +305,12 @@ class CapturedCall:
         self.held.clear()
 
 
-def _guard(action: Callable[[], object], what: str) -> None:
-    """Capture bookkeeping must never break serving: failures are logged, not raised."""
+def _guard(action: Callable[[], object], what: str) -> bool:
+    """Capture bookkeeping must never break serving: failures are logged, not raised.
+    Returns whether ``action`` succeeded."""
     try:
         action()
     except (OSError, CaptureError, ValueError) as exc:
         limited.warning(what, "could not %s: %s", what, exc)
+        return False
+    return True

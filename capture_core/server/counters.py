@@ -40,7 +40,7 @@ class CaptureCounters:
 
     def add(self, name: str, amount: int = 1) -> None:
         """Add ``amount`` (may be negative for the gauge) to counter ``name``."""
-        setattr(self, name, getattr(self, name) + amount)
+        self.bump(**{name: amount})
 
     def bump(self, **amounts: int) -> None:
         """Add to several counters."""

@@ -67,13 +67,14 @@ class RateLimitedLogger:
         self._log(logging.WARNING, key, msg, args, exc=False)
 
     def exception(self, key: str, msg: str, *args: Any) -> None:
-        """An error with its traceback (only the first of a kind carries it in each window)."""
+        """An error with its traceback, rate-limited like the others (behind a
+        :class:`RateLimitFilter`, only the first message of a kind ever shows its traceback)."""
         self._log(logging.ERROR, key, msg, args, exc=True)
 
 
 class RateLimitFilter(logging.Filter):
     """A handler filter: the same message (logger, template) at most ``burst`` times a window;
-    a traceback only on the first of them."""
+    its traceback only the first time it passes in the life of the process."""
 
     def __init__(self, *, burst: int = BURST, window_s: float = WINDOW_S) -> None:
         super().__init__()

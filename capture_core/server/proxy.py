@@ -45,14 +45,16 @@ CLIENT_GONE_KEY: Final = "ngcapture.client_gone"
 PREFIX_KEY: Final = "ngcapture.prefix"
 """Scope key: the ``/ng-rollout/<id>`` prefix the middleware stripped (bytes), if any."""
 
-_HOP_BY_HOP: Final = frozenset(
+# Hop-by-hop headers (RFC 9110 §7.6.1), plus host and content-length, which are set for the
+# upstream's own request rather than copied.
+_NOT_COPIED: Final = frozenset(
     {
         "connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
         "proxy-connection", "te", "trailer", "trailers", "transfer-encoding", "upgrade", "host",
         "content-length",
     }
 )  # fmt: skip
-_HOP_BY_HOP_BYTES: Final = frozenset(name.encode() for name in _HOP_BY_HOP)
+_NOT_COPIED_BYTES: Final = frozenset(name.encode() for name in _NOT_COPIED)
 # The client library adds these unless told not to; we forward only what the client sent.
 _NO_AUTO_HEADERS: Final = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
 _REWRITTEN: Final = frozenset({b"location", b"content-location"})
@@ -193,7 +195,7 @@ class UpstreamProxy:
         origin = self._origins[dialect.name if dialect else None]
         url = origin.url(scope["raw_path"], scope.get("query_string") or b"")
         sent = scope["headers"]
-        dropped = _HOP_BY_HOP_BYTES | _connection_tokens(sent)
+        dropped = _NOT_COPIED_BYTES | _connection_tokens(sent)
         headers = CIMultiDict(
             (k.decode("latin-1"), v.decode("latin-1")) for k, v in sent if k not in dropped
         )
@@ -281,7 +283,7 @@ class UpstreamProxy:
         self, scope: Scope, response: aiohttp.ClientResponse, origin: _Origin
     ) -> list[tuple[bytes, bytes]]:
         raw: Any = response.raw_headers
-        dropped = (_HOP_BY_HOP_BYTES - {b"content-length"}) | _connection_tokens(
+        dropped = (_NOT_COPIED_BYTES - {b"content-length"}) | _connection_tokens(
             [(k.lower(), v) for k, v in raw]
         )
         headers: list[tuple[bytes, bytes]] = []

@@ -1,7 +1,9 @@
 """The ``/ng-rollout/<rollout_id>/`` prefix: find it, strip it, and pick the dialect.
 
-The prefix is read from the raw (still percent-encoded) path, so an encoded ``%2F`` or ``%2e``
-stays inside the id, where validation refuses it, instead of turning into path structure.
+The prefix is read from the path as screening normalised it (``server/target.py``): escapes of
+unreserved characters are decoded there (``%2e`` is ``.``), an encoded ``/`` was refused, and
+other escapes stay encoded, so one in the id makes it invalid instead of turning into path
+structure.
 The prefix is always stripped, whether or not capture is on and whether or not the id is
 valid; only a valid id on a dialect path is captured.
 """

@@ -58,7 +58,10 @@ def screen(scope: Scope, *, max_body_bytes: int) -> Target:
     if scope["method"] not in FORWARDED_METHODS:
         raise RequestRefusedError(405, f"method {scope['method']} is not forwarded")
     for name, value in scope["headers"]:
-        if name == b"upgrade" or (name == b"connection" and b"upgrade" in value.lower()):
+        if name == b"upgrade" or (
+            name == b"connection"
+            and b"upgrade" in (token.strip() for token in value.lower().split(b","))
+        ):
             raise RequestRefusedError(400, "protocol upgrades are not supported")
     length = _content_length(scope)
     if length is not None and length > max_body_bytes:

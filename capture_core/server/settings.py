@@ -80,7 +80,6 @@ class CaptureSettings(BaseSettings):
     model_server_name: str | None = Field(default="policy_model", description="for model_ref")
     connect_timeout_s: float = Field(default=10.0, gt=0)
     read_timeout_s: float = Field(default=600.0, gt=0)
-    write_timeout_s: float = Field(default=60.0, gt=0)
     max_connections: int = Field(
         default=512, ge=1, description="connections kept open to the upstream worker"
     )

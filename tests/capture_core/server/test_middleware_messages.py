@@ -303,3 +303,34 @@ def test_the_last_json_bytes_wait_for_the_line_too(tmp_path: Path) -> None:
     assert seen == [(b"start", 0), (body[:10], 0), (body[10:], 1), (b"", 1)]
     (record,) = store.read_records("0-0").records
     assert record.tokens_in == 3
+
+
+def test_a_lost_call_keeps_its_mark_when_nothing_else_can_say_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The line, the failure log and the incomplete marker all fail (a dead disk): the call's
+    pending mark is the only evidence left, so it stays (and reads as lost once the server is
+    gone). When the failure log works, the mark goes."""
+    from capture_core.pending import pending_calls
+    from capture_core.writers import CaptureWriter
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise OSError(5, "Input/output error")
+
+    for log_works in (False, True):
+        root = tmp_path / f"log-{log_works}"
+        store = CaptureStore(root, create=True)
+        writer = CaptureWriter(root)
+        monkeypatch.setattr(store, "record", broken)
+        monkeypatch.setattr(store, "mark_incomplete", broken)
+        if not log_works:
+            monkeypatch.setattr(writer, "record_failure", broken)
+        middleware = CaptureMiddleware(sse_app(split_events(messages_stream(Answer()))),
+                                       store=store, model_server_name="p",
+                                       counters=CaptureCounters(), writer=writer)  # fmt: skip
+        sent: list[Message] = []
+        asyncio.run(drive(middleware, "/ng-rollout/0-0/v1/messages", sent.append))
+        assert middleware.counters.capture_failures == 1
+        left = [p.model_call_id for p in pending_calls(root, "0-0")]
+        assert len(left) == (0 if log_works else 1)
+        writer.close()
