@@ -105,7 +105,16 @@ class RunBuilder:
                 detail="not a <rollout_id>.capture.jsonl file or marker",
                 path=str(root / name),
             )
-        for rollout_id in sorted(listing.markers):
+        # The calls that landed, asked of only when a mark or a failure names a call (a set of
+        # every call of a large store costs ~1 s).
+        named = {(m.rollout_id, m.model_call_id) for m in listing.pending if m.lost}
+        named |= {(f.rollout_id, f.model_call_id) for f in listing.failures}
+        landed = _landed(calls, named)
+        # A rollout whose failed calls the failure logs name call by call needs no rollout-level
+        # gap as well (as in the collector's attachment).
+        explained = {f.rollout_id for f in listing.failures
+                     if (f.rollout_id, f.model_call_id) not in landed}  # fmt: skip
+        for rollout_id in sorted(listing.markers - explained):
             self.gaps.add(
                 "model_call_capture_incomplete",
                 source="store",
@@ -113,11 +122,6 @@ class RunBuilder:
                 detail="the capture server failed to record at least one call",
                 path=str(root / f"{rollout_id}{MARKER_SUFFIX}"),
             )
-        # The calls that landed, asked of only when a mark or a failure names a call (a set of
-        # every call of a large store costs ~1 s).
-        named = {(m.rollout_id, m.model_call_id) for m in listing.pending if m.lost}
-        named |= {(f.rollout_id, f.model_call_id) for f in listing.failures}
-        landed = _landed(calls, named)
         for marker in listing.pending:
             if marker.lost and (marker.rollout_id, marker.model_call_id) in landed:
                 continue  # a stale marker: its server died after the line landed

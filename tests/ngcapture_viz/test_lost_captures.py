@@ -27,6 +27,8 @@ def test_lost_and_failed_calls_are_gaps_and_pending_ones_stay_pending(tmp_path: 
                                            started_at=time.time(), failed_at=time.time(),
                                            reason="ENOSPC: No space left on device",
                                            writer=live.token))  # fmt: skip
+        store.mark_incomplete("2-0")  # explained call by call: no rollout-level gap too
+        store.mark_incomplete("3-0")  # nothing names the call: the rollout-level gap
         run = ngv.open_run(tmp_path, progress=False)
     finally:
         live.close()
@@ -34,6 +36,7 @@ def test_lost_and_failed_calls_are_gaps_and_pending_ones_stay_pending(tmp_path: 
     found = sorted(gaps.select("code", "rollout_id", "model_call_id").iter_rows())
     assert found == [
         ("model_call_capture_failed", "2-0", "failed1"),
+        ("model_call_capture_incomplete", "3-0", None),
         ("model_call_capture_lost", "0-0", "lost1"),
         ("model_call_capture_pending", "1-0", "inflight1"),
     ]
