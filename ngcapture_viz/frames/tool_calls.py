@@ -109,4 +109,3 @@ class ToolCallColumns:
         data: dict[str, Any] = dict(self.data)
         data["run"] = [run] * len(self)
         return TOOL_CALLS.from_columns(data)
-
