@@ -17,9 +17,10 @@ is marked incomplete.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import os
 import time
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -44,10 +45,27 @@ from capture_core.writers import out_of_descriptors
 if TYPE_CHECKING:
     from capture_core.server.middleware import CaptureMiddleware
 
-__all__ = ["CapturedCall"]
+__all__ = ["CapturedCall", "new_call_id"]
 
 logger = logging.getLogger(__name__)
 limited = RateLimitedLogger(logger)
+
+_prefix = os.urandom(8).hex()
+_counter = itertools.count()
+
+
+def new_call_id() -> str:
+    """A new 32-hex call id: this process's random 64-bit prefix and a counter (unique across
+    processes and restarts without a system call per id, as ``uuid4`` makes)."""
+    return f"{_prefix}{next(_counter):016x}"
+
+
+def _new_process() -> None:
+    global _prefix, _counter
+    _prefix, _counter = os.urandom(8).hex(), itertools.count()
+
+
+os.register_at_fork(after_in_child=_new_process)
 
 
 class CapturedCall:
@@ -64,7 +82,7 @@ class CapturedCall:
         self.owner, self.store, self.scope = owner, store, scope
         self.rollout_id = rollout_id
         self.exchange = Exchange(
-            model_call_id=uuid.uuid4().hex,
+            model_call_id=new_call_id(),
             dialect=dialect,
             model_ref=owner.model_ref,
             started_at=time.time(),
@@ -73,6 +91,7 @@ class CapturedCall:
         scope[MODEL_CALL_ID_KEY] = self.exchange.model_call_id
         self.detector: TerminalDetector | None = None
         self.decoder: BodyDecoder | None = None
+        self.keep_mark = False
         self.held: list[Message] = []
         self.lookahead: Message | None = None
         self.holding = False
@@ -224,14 +243,17 @@ class CapturedCall:
         return write
 
     def _count(self, write: asyncio.Future[int | None]) -> None:
-        """Count the write's outcome, on the event loop: counters are only touched there, so
-        they need no lock (a lock shared with the writer threads made the loop wait)."""
+        """Count the write's outcome and clear the call's mark, on the event loop: counters and
+        marks are only touched there, so the loop never waits for a lock a writer thread holds
+        while it waits for the GIL."""
         counters = self.owner.counters
         written = None if write.cancelled() or write.exception() else write.result()
         if written is None:
             counters.bump(capture_failures=1, writes_outstanding=-1)
         else:
             counters.bump(calls_captured=1, bytes_written=written, writes_outstanding=-1)
+        if not self.keep_mark:
+            self._unmark()
 
     async def _record(self, write: asyncio.Future[int | None]) -> None:
         self.owner.detach(write)
@@ -250,11 +272,9 @@ class CapturedCall:
             else:
                 written = self._append(self.exchange, category)
         except Exception as exc:
-            if self._failed(exc):
-                self._unmark()
-            # else the mark stays: the only evidence left on disk that this call was lost
+            # When nothing else on disk can say this call was lost, its mark stays to say so.
+            self.keep_mark = not self._failed(exc)
             return None
-        self._unmark()
         return written
 
     def _append(self, exchange: Exchange, category: str | None) -> int:
