@@ -132,11 +132,6 @@ def _sources(function: F) -> F:
     help="Where to keep the index.  [default: CAPTURE_DIR/.ngcapture-index]",
 )
 @click.option(
-    "--workers",
-    type=click.IntRange(min=1),
-    help="Processes for a cold build.  [default: the number of cores]",
-)
-@click.option(
     "--ray",
     "ray_address",
     is_flag=False,
@@ -151,7 +146,6 @@ def index(
     *,
     capture_dir: Path,
     index_dir: Path | None,
-    workers: int | None,
     ray_address: str | None,
     quiet: bool,
 ) -> int:
@@ -163,7 +157,6 @@ def index(
         built = CaptureIndex(
             capture_dir,
             index_dir=index_dir,
-            workers=workers,
             engine=engine,
             ray_address=ray_address,
         )
