@@ -102,6 +102,7 @@ def run(*, quick: bool = False) -> list[dict[str, Any]]:
     reference = _quantile(measured["capture off"]["during"], 0.99)
     rows = []
     for name, result in measured.items():
+        note = f", its line {line / 2**20:.1f} MiB" if name == "capture on" else ""
         for window in ("quiet", "during"):
             latencies = result[window]
             p50, p99 = statistics.median(latencies), _quantile(latencies, 0.99)
@@ -116,6 +117,6 @@ def run(*, quick: bool = False) -> list[dict[str, Any]]:
                 "detail": (f"p50 {p50 * 1000:.2f} ms, p99 {p99 * 1000:.2f} ms, max "
                            f"{max(latencies) * 1000:.1f} ms; the big call took "
                            f"{result['big_s'] * 1000:.0f} ms"
-                           + (f", its line {line / 2**20:.1f} MiB" if name == "capture on" else "")),
+                           + note),
             })  # fmt: skip
     return rows
