@@ -251,11 +251,29 @@ def worst_rollouts(report: GapReport, limit: int = 10) -> pl.DataFrame:
     )
 
 
+#: Gaps whose detail the plain-text report lists (all of them are in ``report.gaps``).
+TEXT_DETAILS: Final = 20
+
+
 def gap_report_text(report: GapReport) -> str:
-    """The report as lines: the subtitle, then each code with its count and meaning."""
+    """The report as lines: the subtitle, each code with its count and meaning, then the
+    details of the first :data:`TEXT_DETAILS` gaps (where each is), all in full."""
     lines = [f"GapReport: {report.subtitle}"]
     for run, code, count, rollouts, meaning in report.by_code.rows():
         lines.append(f"  {run}: {code} ×{count} ({rollouts} rollouts): {meaning}")
+    gaps = report.gaps
+    if gaps.height:
+        more = f" (the first {TEXT_DETAILS}; all in .gaps)" if gaps.height > TEXT_DETAILS else ""
+        lines.append(f"Details{more}:")
+    for gap in gaps.head(TEXT_DETAILS).iter_rows(named=True):
+        where = [f"rollout {gap['rollout_id']}"] if gap["rollout_id"] is not None else []
+        if gap["path"] is not None:
+            line = f":{gap['line_number']}" if gap["line_number"] is not None else ""
+            where.append(f"{gap['path']}{line}")
+        lines.append(
+            f"  {gap['run']}: {gap['code']} · {' · '.join(where) or 'no rollout'}: "
+            f"{gap['detail'] or 'no detail'}"
+        )
     return "\n".join(lines)
 
 

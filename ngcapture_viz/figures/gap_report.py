@@ -30,6 +30,7 @@ from plotly.subplots import make_subplots
 
 from capture_core import GapCode
 from ngcapture_viz.display.figure import Figure
+from ngcapture_viz.display.full_text import full_text
 from ngcapture_viz.figures.style import run_colors
 from ngcapture_viz.frames.gaps import GAPS, AnalysisGap, gap_meaning
 from ngcapture_viz.run import CaptureRun
@@ -92,6 +93,10 @@ class GapReport:
         missing: rollouts missing from the store or the rollout file: run, rollout_id, code,
             detail, path, line_number.
         pending: pending capture writes: run, rollout_id, model_call_id, path, detail.
+        gaps: every gap, one row each (the run's ``gaps`` frame).
+
+    Printed (``print(report)``) or displayed, the report and its ``summary``, ``by_code``,
+    ``damaged``, ``missing`` and ``pending`` frames show meanings and details in full.
     """
 
     summary: pl.DataFrame
@@ -101,6 +106,12 @@ class GapReport:
     pending: pl.DataFrame
     gaps: pl.DataFrame = field(default_factory=GAPS.empty)
 
+    def __post_init__(self) -> None:
+        # Meanings, details and descriptions are the point: printed or displayed, in full.
+        # (``gaps`` stays the run's frame: ten columns, Polars shows it as it does any frame.)
+        for name in ("summary", "by_code", "damaged", "missing", "pending"):
+            object.__setattr__(self, name, full_text(getattr(self, name)))
+
     @property
     def subtitle(self) -> str:
         """One line: gaps, damaged lines, rollouts missing from a source, pending writes."""
@@ -108,6 +119,12 @@ class GapReport:
 
     def __repr__(self) -> str:
         return f"<GapReport: {self.subtitle}>"
+
+    def __str__(self) -> str:
+        """Counts by code with their meanings, then each gap's detail, in full."""
+        from ngcapture_viz.display.cards import gap_report_text
+
+        return gap_report_text(self)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         from ngcapture_viz.display.cards import gap_report_html, gap_report_text, html_bundle

@@ -45,6 +45,10 @@ class FrameSchema:
     def __repr__(self) -> str:
         return f"FrameSchema({self.name!r}, {len(self.columns)} columns)"
 
+    def __str__(self) -> str:
+        """Every column with its dtype and meaning, the meanings in full (what ``print`` shows)."""
+        return f"The {self.name} frame: {len(self.columns)} columns\n{self.describe()}"
+
     def _repr_html_(self) -> str:
         """Every column with its dtype and meaning, the meanings in full (never cut)."""
         from ngcapture_viz.display._html import table_html
@@ -98,11 +102,20 @@ class FrameSchema:
         return frame.select(list(columns))
 
     def describe(self) -> pl.DataFrame:
-        """One row per column: name, dtype and meaning (what ``docs/frames.md`` lists)."""
-        return pl.DataFrame(
-            {
-                "column": [c.name for c in self.columns],
-                "dtype": [str(c.dtype) for c in self.columns],
-                "meaning": [c.doc for c in self.columns],
-            }
+        """One row per column: name, dtype and meaning (what ``docs/frames.md`` lists).
+
+        Printed or displayed in a notebook, every meaning shows in full (a
+        :class:`~ngcapture_viz.display.full_text.FullTextFrame`), never cut at Polars' 30
+        characters.
+        """
+        from ngcapture_viz.display.full_text import full_text
+
+        return full_text(
+            pl.DataFrame(
+                {
+                    "column": [c.name for c in self.columns],
+                    "dtype": [str(c.dtype) for c in self.columns],
+                    "meaning": [c.doc for c in self.columns],
+                }
+            )
         )

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import nbformat
 import orjson
+import polars as pl
 import pytest
 from nbclient import NotebookClient
 
@@ -15,6 +16,7 @@ import ngcapture_viz as ngv
 from capture_core.testing import CaptureLineFactory
 from ngcapture_viz.display.figure import PLOTLY_MIME, Figure, figure_bundle
 from ngcapture_viz.display.plotlyjs import PlotlyJsLedger, Where
+from ngcapture_viz.frames import FrameSchema
 from tests.ngcapture_viz.conftest import write_capture
 
 PLOTLYJS_MARK = "plotly.js v"  # the banner at the top of the embedded library
@@ -122,6 +124,58 @@ def test_frame_schemas_show_meanings_in_full() -> None:
     html = ngv.CALLS._repr_html_()
     for column in ngv.CALLS.columns:
         assert f'<td class="wrap">{escape(column.doc)}</td>' in html
+
+
+SCHEMAS = [value for value in vars(ngv).values() if isinstance(value, FrameSchema)]
+
+
+def _full_in_text(frame: pl.DataFrame, value: str) -> bool:
+    """``value`` is in the printed ``frame`` uncut (checked wide, so that no cell wraps)."""
+    with pl.Config(tbl_width_chars=10_000):
+        wide = repr(frame)
+    return "…" not in repr(frame) and "…" not in wide and value in wide
+
+
+@pytest.mark.parametrize("user_limit", [None, 32], ids=["polars-default", "fmt_str_lengths-32"])
+def test_describe_prints_and_displays_every_meaning_in_full(user_limit: int | None) -> None:
+    """Polars cuts strings at ~30 characters; a column's meaning is shown whole everywhere."""
+    assert len(SCHEMAS) >= 9
+    with pl.Config(fmt_str_lengths=user_limit):
+        for schema in SCHEMAS:
+            described = schema.describe()
+            assert str(described) == repr(described)
+            html = described._repr_html_()
+            for column in schema.columns:
+                assert _full_in_text(described, column.doc), (schema.name, column.name)
+                assert escape(column.doc) in html, (schema.name, column.name)
+                assert column.name in str(schema)  # print(ngv.CALLS): every column
+            assert "…" not in str(schema) and "…" not in html  # every row, every meaning
+        assert any(len(c.doc) > 32 for c in ngv.CALLS.columns)  # so the test can fail
+        # The user's own setting is back once shown.
+        assert pl.Config.state(if_set=True).get("POLARS_FMT_STR_LEN") == (
+            None if user_limit is None else str(user_limit)
+        )
+
+
+def test_gap_report_prints_and_displays_meanings_and_details_in_full(
+    runs: ngv.CaptureRun,
+) -> None:
+    report = ngv.gap_report(runs)
+    meaning = ngv.gap_meaning("capture_line_damaged")
+    detail = report.damaged["detail"][0]
+    assert len(meaning) > 32 and len(detail) > 32
+    printed = str(report)
+    assert meaning in printed and detail in printed
+    assert report._repr_mimebundle_()["text/plain"] == printed
+    for frame, text in (
+        (report.by_code, meaning),
+        (report.damaged, detail),
+        (report.summary, "calls the client abandoned (client_disconnected)"),
+    ):
+        assert _full_in_text(frame, text), text
+        assert escape(text) in frame._repr_html_(), text
+    html = report._repr_html_()
+    assert escape(meaning) in html and escape(detail) in html
 
 
 def test_in_a_real_kernel_plotlyjs_is_embedded_once(tmp_path: Path, runs: ngv.CaptureRun) -> None:
