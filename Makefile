@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: demo test lint typecheck unit bench clean chromium kernel lab wrk
+.PHONY: demo test lint typecheck unit bench clean chromium kernel lab wrk vendor-plotly
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,17 @@ wrk:
 
 bench: $(STAMP) wrk
 	$(BIN)/python -m benchmarks
+
+# The live dashboard's light plotly.js (ngcapture_viz/display/bundles.py): npm's basic bundle of
+# the version the installed plotly ships. Maintainers only; needs npm and the network.
+vendor-plotly: $(STAMP)
+	version=$$($(BIN)/python -c "from plotly.offline import get_plotlyjs; \
+	from ngcapture_viz.display.bundles import plotlyjs_version; \
+	print('.'.join(map(str, plotlyjs_version(get_plotlyjs()))))") && \
+	work=$$(mktemp -d) && (cd $$work && npm pack --silent plotly.js-basic-dist-min@$$version && \
+	tar xzf plotly.js-basic-dist-min-$$version.tgz) && \
+	cp $$work/package/plotly-basic.min.js ngcapture_viz/display/assets/plotly-basic.min.js && \
+	cp $$work/package/LICENSE ngcapture_viz/display/assets/plotly.js-LICENSE && rm -rf $$work
 
 clean:
 	rm -rf $(VENV) results .mypy_cache .ruff_cache .pytest_cache .hypothesis

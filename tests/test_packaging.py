@@ -25,7 +25,9 @@ def test_the_wheel_builds_without_warnings_and_carries_the_package_data(tmp_path
     (wheel,) = tmp_path.glob("ngcapture-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("capture_core/py.typed", "ngcapture_viz/py.typed",
-                   "capture_core/collect/data/mcqa_example.jsonl", "capture_core/__init__.py"):  # fmt: skip
+                   "capture_core/collect/data/mcqa_example.jsonl", "capture_core/__init__.py",
+                   "ngcapture_viz/display/assets/plotly-basic.min.js",
+                   "ngcapture_viz/display/assets/plotly.js-LICENSE"):  # fmt: skip
         assert needed in names
     assert not any(name.startswith(("tests/", "benchmarks/", "notebooks/")) for name in names)
     metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))

@@ -1,6 +1,7 @@
 """Reward against per-rollout totals (tokens, latency, calls), with binned mean rewards.
 
-One WebGL point per rollout (sampled above a cap), one colour per run. Over the points, each
+One point per rollout (sampled above a cap; SVG up to ``SVG_MAX_POINTS`` points a trace, WebGL
+above), one colour per run. Over the points, each
 run's mean reward per bin: rollouts ordered by the total and cut into equal-count bins of at
 least ``MIN_PER_BIN`` rollouts (at most ten bins), each drawn at its mean total with a 95 %
 normal interval of its mean reward. Few rollouts make few bins: the line does not zig-zag
@@ -24,18 +25,28 @@ from ngcapture_viz.figures.style import array, run_colors
 from ngcapture_viz.frames.rollouts import ROLLOUTS
 from ngcapture_viz.interop import accepts_pandas
 
-__all__ = ["MAX_BINS", "MIN_PER_BIN", "REWARD_METRICS", "reward_bins", "reward_figure"]
+__all__ = [
+    "MAX_BINS",
+    "MIN_PER_BIN",
+    "REWARD_METRICS",
+    "SVG_MAX_POINTS",
+    "reward_bins",
+    "reward_figure",
+]
 
 REWARD_METRICS: Final = ("tokens_total", "latency_total_ms", "num_calls")
 MIN_PER_BIN: Final = 20
 MAX_BINS: Final = 10
+#: Point traces up to this size are SVG (``scatter``): drawn by every plotly.js bundle, quick
+#: to draw at this size, and they need no WebGL context; larger ones are ``scattergl``.
+SVG_MAX_POINTS: Final = 2_000
 
 
 @accepts_pandas(rollouts=ROLLOUTS)
 def reward_figure(
     rollouts: pl.DataFrame, runs: Sequence[str], *, max_points: int = 20_000
 ) -> go.Figure:
-    """Per-rollout totals (tokens, latency, calls) against reward; WebGL, sampled above a cap.
+    """Per-rollout totals (tokens, latency, calls) against reward; sampled above a cap.
 
     Rollouts with no reward or no reported total are left out; each panel's axis says how many
     rollouts it shows of how many there are. Traces per panel and run: the points, then the
@@ -61,8 +72,9 @@ def reward_figure(
             known = known_all.filter(pl.col("run").cast(pl.String) == run)
             was_sampled = was_sampled or known.height > budget
             shown = known.sample(n=budget, seed=0) if known.height > budget else known
+            points = go.Scattergl if shown.height > SVG_MAX_POINTS else go.Scatter
             fig.add_trace(
-                go.Scattergl(
+                points(
                     x=array(shown[metric]),
                     y=array(shown["reward"]),
                     text=array(shown["rollout_id"]),

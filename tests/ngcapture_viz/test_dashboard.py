@@ -17,7 +17,7 @@ from ngcapture_viz.figures.dashboard import (
     latency_figure,
     throughput_figure,
 )
-from ngcapture_viz.figures.reward import MAX_BINS, MIN_PER_BIN
+from ngcapture_viz.figures.reward import MAX_BINS, MIN_PER_BIN, SVG_MAX_POINTS, reward_figure
 from ngcapture_viz.figures.tokens import constant_value
 from ngcapture_viz.frames import CALLS
 from ngcapture_viz.stats import (
@@ -250,7 +250,7 @@ def test_stacked_runs_get_one_trace_per_run(
         assert drawn == list(zip(mine["bucket"], mine["calls"], strict=True))
         assert sum(y for y in tokens_trace.y if y is not None) == run_calls["tokens_total"].sum()
     reward = from_list.figures["reward"]
-    scatter = [t for t in reward.data if isinstance(t, go.Scattergl)]
+    scatter = [t for t in reward.data if t.mode == "markers"]
     assert [t.name for t in scatter] == ["a", "b"] * 3
 
 
@@ -280,8 +280,9 @@ def test_reward_scatter_matches_rollouts_and_samples_above_cap(stacked: ngv.Capt
     assert weighted / known.height == pytest.approx(known["reward"].mean())
     assert all(w >= 0 for w in mean_line.error_y.array)
     capped = dashboard(stacked, max_points=20).figures["reward"]
-    scatter = [t for t in capped.data if isinstance(t, go.Scattergl)]
+    scatter = [t for t in capped.data if t.mode == "markers"]
     assert len(scatter) == 6
+    assert {t.type for t in scatter} == {"scatter"}  # few points: SVG, any plotly.js bundle
     assert all(len(t.x) == 10 for t in scatter)  # 20 points shared by two runs
     assert all(len(t.x) <= MAX_BINS for t in capped.data if t.name.endswith("binned mean"))
     assert capped.layout.title.text.endswith("(points sampled)")
@@ -389,3 +390,24 @@ def test_coverage_counts_each_metric_in_one_pass(stacked: ngv.CaptureRun) -> Non
         assert counted.drop("coverage").equals(summary), by
         for row in counted.iter_rows(named=True):
             assert row["coverage"] == pytest.approx(row["n_reported"] / row["n_calls"])
+
+
+def test_reward_points_turn_webgl_only_above_the_svg_limit() -> None:
+    def figure(n: int) -> go.Figure:
+        rollouts = pl.DataFrame(
+            {
+                "run": ["a"] * n,
+                "rollout_id": [f"r{i}" for i in range(n)],
+                "reward": [i % 2 for i in range(n)],
+                "tokens_total": list(range(n)),
+                "latency_total_ms": [float(i) for i in range(n)],
+                "num_calls": [1 + i % 3 for i in range(n)],
+            }
+        )
+        return reward_figure(rollouts, ["a"])
+
+    at_limit = [t for t in figure(SVG_MAX_POINTS).data if t.mode == "markers"]
+    above = [t for t in figure(SVG_MAX_POINTS + 1).data if t.mode == "markers"]
+    assert {t.type for t in at_limit} == {"scatter"}
+    assert {t.type for t in above} == {"scattergl"}
+    assert all(len(t.x) == SVG_MAX_POINTS + 1 for t in above)

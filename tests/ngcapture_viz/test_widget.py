@@ -16,6 +16,7 @@ import pytest
 
 import ngcapture_viz as ngv
 from capture_core.testing import RunSpec, write_run
+from ngcapture_viz.display.bundles import BASIC_TRACES
 from ngcapture_viz.figures.panel import FigurePanel, figure_json
 from ngcapture_viz.figures.reward import REWARD_METRICS
 from ngcapture_viz.figures.widget import REWARD_SELECTION_NOTE, CaptureDashboard
@@ -99,11 +100,26 @@ def test_the_panel_sends_plotlyjs_only_when_asked(dash: CaptureDashboard) -> Non
     assert "plotly.js v" not in dash.panel.figures  # the state holds figures only
     dash.panel._on_message(dash.panel, {"type": "something else"}, [])
     assert sent == []
-    dash.panel._on_message(dash.panel, {"type": "plotlyjs"}, [])
-    ((content, buffers),) = sent
-    assert content == {"type": "plotlyjs"}
-    assert buffers[0].startswith(b"/**\n* plotly.js v")
-    assert dash.panel.plotlyjs_sent == 1
+    dash.panel._on_message(dash.panel, {"type": "plotlyjs"}, [])  # no bundle named: the full one
+    dash.panel._on_message(dash.panel, {"type": "plotlyjs", "bundle": "basic"}, [])
+    (full_content, full_buffers), (basic_content, basic_buffers) = sent
+    assert full_content == {"type": "plotlyjs", "bundle": "full"}
+    assert full_buffers[0].startswith(b"/**\n* plotly.js v")
+    assert basic_content == {"type": "plotlyjs", "bundle": "basic"}
+    assert basic_buffers[0].startswith(b"/**\n* plotly.js (basic - minified) v")
+    assert len(basic_buffers[0]) < len(full_buffers[0]) / 3
+    assert dash.panel.plotlyjs_sent == ["full", "basic"]
+
+
+def test_the_panel_names_the_lightest_bundle_its_figures_need(dash: CaptureDashboard) -> None:
+    types = {t.type for fig in dash.figures.values() for t in fig.data}
+    assert types <= BASIC_TRACES  # the fixture run is small: SVG points only
+    assert dash.panel.plotly_bundle == "basic"
+    webgl = go.Figure(go.Scattergl(x=[1, 2], y=[3, 4]))
+    dash.panel.show({**dash.figures, "extra": webgl})
+    assert dash.panel.plotly_bundle == "full"
+    dash.panel.show(dash.figures)
+    assert dash.panel.plotly_bundle == "basic"
 
 
 def test_model_filter_recomputes_the_latency_marks(dash: CaptureDashboard) -> None:
