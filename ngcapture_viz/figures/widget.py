@@ -24,11 +24,12 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import polars as pl
 
+from ngcapture_viz.display.bundles import Bundle
 from ngcapture_viz.figures.bars import throughput_figure
 from ngcapture_viz.figures.latency import latency_figure
 from ngcapture_viz.figures.over_time import calls_over_time_figure, error_figure
 from ngcapture_viz.figures.panel import FigurePanel
-from ngcapture_viz.figures.reward import reward_figure
+from ngcapture_viz.figures.reward import SVG_MAX_POINTS, reward_figure
 from ngcapture_viz.figures.tokens import token_figure
 from ngcapture_viz.run import CaptureRun, stack_runs
 from ngcapture_viz.stats import (
@@ -111,8 +112,12 @@ class CaptureDashboard:
         }
         self.filters["time"] = _time_slider(self.calls, steps=time_steps)
         self.time_readout = widgets.HTML(self._time_text())
+        # The panel first: its opening state can carry plotly.js to the page, which takes it
+        # in while the figures are computed here.
+        self.panel = FigurePanel(
+            prefetch=self._likely_bundle(), layout=widgets.Layout(width="100%")
+        )
         self.figures: dict[str, go.Figure] = self._figures(self.calls)
-        self.panel = FigurePanel(layout=widgets.Layout(width="100%"))
         self.panel.show(self.figures)
         self.summary = widgets.HTML(self._summary(self.calls))
         for control in self.filters.values():
@@ -164,6 +169,12 @@ class CaptureDashboard:
         self.panel.show(self.figures)
         self.summary.value = self._summary(calls)
         self.time_readout.value = self._time_text()
+
+    def _likely_bundle(self) -> Bundle:
+        """The plotly.js bundle the figures will need: WebGL reward points need the full one."""
+        counts = self.rollouts.group_by("run").len()["len"].to_list()
+        points = min(max(counts, default=0), self._max_points // max(1, len(self.runs)))
+        return "full" if points > SVG_MAX_POINTS else "basic"
 
     def _time_text(self) -> str:
         slider = self.filters["time"]

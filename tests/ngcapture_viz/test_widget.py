@@ -17,6 +17,9 @@ import pytest
 import ngcapture_viz as ngv
 from capture_core.testing import RunSpec, write_run
 from ngcapture_viz.display.bundles import BASIC_TRACES
+from ngcapture_viz.display.plotlyjs import Where
+from ngcapture_viz.figures import panel as panel_module
+from ngcapture_viz.figures import widget as widget_module
 from ngcapture_viz.figures.panel import FigurePanel, figure_json
 from ngcapture_viz.figures.reward import REWARD_METRICS
 from ngcapture_viz.figures.widget import REWARD_SELECTION_NOTE, CaptureDashboard
@@ -120,6 +123,40 @@ def test_the_panel_names_the_lightest_bundle_its_figures_need(dash: CaptureDashb
     assert dash.panel.plotly_bundle == "full"
     dash.panel.show(dash.figures)
     assert dash.panel.plotly_bundle == "basic"
+
+
+def test_the_first_panel_of_a_kernel_carries_plotlyjs_until_the_page_took_it(
+    runs: list[ngv.CaptureRun], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outside = CaptureDashboard(runs)  # not in a kernel: nothing pushed
+    assert outside.panel.plotlyjs_push == b"" and outside.panel.plotlyjs_sent == []
+    monkeypatch.setattr(panel_module, "current_cell", lambda: Where("cell-1", 1))
+    monkeypatch.setattr(panel_module, "_PUSHES", panel_module._KernelPushes())
+    cell_end: list[Any] = []
+    monkeypatch.setattr(panel_module, "_after_this_cell", cell_end.append)
+    first = CaptureDashboard(runs)
+    assert first.panel.plotlyjs_push_bundle == "basic" == first.panel.plotly_bundle
+    assert first.panel.plotlyjs_push.startswith(b"/**\n* plotly.js (basic - minified) v")
+    assert first.panel.plotlyjs_sent == ["basic"]
+    second = CaptureDashboard(runs)  # the same kernel: the page has it already
+    assert second.panel.plotlyjs_push == b"" and second.panel.plotlyjs_sent == []
+    (at_cell_end,) = cell_end
+    at_cell_end()
+    assert first.panel.plotlyjs_push == b""  # widget state saved later stays small
+    again = FigurePanel(prefetch="basic")
+    monkeypatch.setattr(panel_module, "_PUSHES", panel_module._KernelPushes())
+    told = FigurePanel(prefetch="basic")
+    told._on_message(told, {"type": "plotlyjs-taken"}, [])  # the page says it took them
+    assert again.plotlyjs_push == b"" and told.plotlyjs_push == b""
+    # Runs whose reward panels will be WebGL get the full bundle pushed.
+    monkeypatch.setattr(panel_module, "_PUSHES", panel_module._KernelPushes())
+    many = CaptureDashboard(runs, max_points=2)
+    monkeypatch.setattr(widget_module, "SVG_MAX_POINTS", 0)
+    assert many._likely_bundle() == "full"
+    monkeypatch.setattr(panel_module, "_PUSHES", panel_module._KernelPushes())
+    webgl = FigurePanel(prefetch=many._likely_bundle())
+    assert webgl.plotlyjs_push_bundle == "full"
+    assert webgl.plotlyjs_push.startswith(b"/**\n* plotly.js v")
 
 
 def test_model_filter_recomputes_the_latency_marks(dash: CaptureDashboard) -> None:
