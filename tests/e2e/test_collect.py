@@ -168,15 +168,29 @@ FLAKY = textwrap.dedent("""
 """)
 
 
+def finished_lines(output: Path) -> bytes:
+    """The whole lines of a rollout file (none when it is not there yet)."""
+    written = output.read_bytes() if output.exists() else b""
+    return written[: written.rfind(b"\n") + 1]
+
+
+def captured_in_flight(capture_dir: Path, finished: Mapping[tuple[int, int], Any]) -> set[str]:
+    """First attempts with a captured call and no finished line, the two failing tasks aside."""
+    return {rid for rid in CaptureStore(capture_dir).rollout_ids() if "-a" not in rid
+            and tuple(map(int, rid.split("-"))) not in finished} - {"1-0", "2-0"}  # fmt: skip
+
+
 def test_resume_after_a_kill(server: ServiceProcess, capture_dir: Path, tmp_path: Path) -> None:
     output, sidecar = tmp_path / "rollouts.jsonl", tmp_path / "rollouts_failures.jsonl"
     process = subprocess.Popen([sys.executable, "-c", FLAKY, server.url, str(output), str(capture_dir)])  # fmt: skip
     try:
+        # Killed once some rollouts are done, both failures recorded, and a rollout is between
+        # its captured call and its line (0.4 s): when that is seen, not after a fixed count.
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and process.poll() is None:
-            lines = output.read_bytes().count(b"\n") if output.exists() else 0
+            done = by_key([orjson.loads(line) for line in finished_lines(output).splitlines()])
             failures = sidecar.read_bytes().count(b"\n") if sidecar.exists() else 0
-            if lines >= 3 and failures >= 2:
+            if len(done) >= 3 and failures >= 2 and captured_in_flight(capture_dir, done):
                 break
             time.sleep(0.01)
         assert process.poll() is None, "the collection finished before it could be killed"
@@ -184,12 +198,10 @@ def test_resume_after_a_kill(server: ServiceProcess, capture_dir: Path, tmp_path
     finally:
         process.kill()
         process.wait(10)
-    before = output.read_bytes()
-    before = before[: before.rfind(b"\n") + 1]  # whole lines only
+    before = finished_lines(output)
     finished = by_key([orjson.loads(line) for line in before.splitlines()])
     assert [r["ng_failure"]["attempt"] for r in read(sidecar)] == [0, 0]
-    in_flight = {rid for rid in CaptureStore(capture_dir).rollout_ids() if "-a" not in rid
-                 and tuple(map(int, rid.split("-"))) not in finished} - {"1-0", "2-0"}  # fmt: skip
+    in_flight = captured_in_flight(capture_dir, finished)
     assert in_flight, "no rollout was killed in flight"
     old_attempt = {rid: capture_lines(capture_dir, rid) for rid in ("1-0", "2-0", *in_flight)}
     CaptureStore(capture_dir).record("1-0-a1", {"model_call_id": "stale", "dialect": "chat"})
