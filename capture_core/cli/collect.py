@@ -90,9 +90,12 @@ earlier output and capture to a dated overwritten-<time>/ folder beside them (pr
 )
 @click.option(
     "--dialect",
-    type=click.Choice(["responses", "chat"]),
+    type=click.Choice(["responses", "chat", "messages"]),
     default="responses",
-    help="API the agent calls: OpenAI Responses or Chat Completions.",
+    help="API the agent calls: OpenAI Responses, Chat Completions or Anthropic Messages. "
+    "responses_create_params are translated for chat and messages (max_tokens 4096 unless "
+    "max_output_tokens is set); a row with no equivalent fails, the reason in the failures "
+    "file.",
 )
 @click.option("--model", default="sim-model-1", help="Model name the agent sends.")
 @click.option(

@@ -3,7 +3,9 @@
 * :func:`collect` / :class:`CollectConfig`: the collection loop behind ``ngcapture collect``.
 * :class:`SimpleAgent`, and for custom agents :func:`rollout_base_url` and
   :func:`rollout_id_from_body`; :func:`task_request` turns a task row (NeMo Gym
-  ``responses_create_params``, a multiple-choice question, a prompt) into a request.
+  ``responses_create_params``, a multiple-choice question, a prompt) into a request;
+  :func:`chat_request` and :func:`messages_request` translate it for Chat Completions and
+  Anthropic Messages.
 * :func:`capture_attachment`, :func:`capture_fields`, :func:`project_trajectory`: the
   ``ng_model_call_capture``, ``ng_agent_observations``, ``ng_trajectory`` and ``ng_perf``
   fields of a rollout record.
@@ -40,6 +42,11 @@ from capture_core.collect.attempts import (
 )
 from capture_core.collect.grader import grade, parse_answer
 from capture_core.collect.mcqa import extract_answer, grade_mcqa
+from capture_core.collect.messages_request import (
+    DEFAULT_MAX_TOKENS,
+    MessagesRequest,
+    messages_request,
+)
 from capture_core.collect.runner import EXAMPLE_TASKS, CollectConfig, CollectSummary, collect
 from capture_core.collect.tasks import TaskRequest, TaskRowError, chat_request, task_request
 from capture_core.collect.tools import ToolExecution, execute_tool
@@ -57,6 +64,7 @@ __all__ = [
     "CLEARED_DIR",
     "DEFAULT_DRAIN_TIMEOUT_S",
     "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_MAX_TOKENS",
     "DELEGATE",
     "EVIDENCE_KEYS",
     "EXAMPLE_TASKS",
@@ -70,6 +78,7 @@ __all__ = [
     "CollectConfig",
     "CollectError",
     "CollectSummary",
+    "MessagesRequest",
     "ResumeState",
     "SimpleAgent",
     "TaskRequest",
@@ -90,6 +99,7 @@ __all__ = [
     "grade",
     "grade_mcqa",
     "load_resume_state",
+    "messages_request",
     "parse_answer",
     "plan_attempts",
     "project_trajectory",

@@ -1,14 +1,15 @@
-"""A simple agent that drives the official ``openai`` SDK, and helpers for custom agents.
+"""A simple agent that drives the official ``openai`` or ``anthropic`` SDK, and helpers for
+custom agents.
 
 Capture needs every model call of a rollout to go through ``<model_url>/ng-rollout/<id>``:
 :func:`rollout_base_url` builds that base URL for any OpenAI-compatible SDK, and
 :func:`~capture_core.ids.rollout_id_from_body` (re-exported here) derives the id from a run
 request. :class:`SimpleAgent` sends a task row's request (:func:`task_request`: NeMo Gym
 ``responses_create_params``, a multiple-choice question or a prompt) with ``responses.create``
-(default) or ``chat.completions.create``; with ``tools=True`` it offers the built-in tools and
-runs the calls the model makes, sending their outputs back, until the model answers in text or
-``max_turns`` is reached; with ``subagent=True`` it also offers ``delegate``, which hands a
-sub-task to a child invocation of itself.
+(default), ``chat.completions.create`` or Anthropic's ``messages.create``; with ``tools=True``
+it offers the built-in tools and runs the calls the model makes, sending their outputs back,
+until the model answers in text or ``max_turns`` is reached; with ``subagent=True`` it also
+offers ``delegate``, which hands a sub-task to a child invocation of itself.
 
 Besides its answer, every rollout returns its own evidence: ``ng_agent_observations`` (the
 invocations, the model calls each made, each tool execution timed by the executor) and an
@@ -17,17 +18,19 @@ invocations, the model calls each made, each tool execution timed by the executo
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 from capture_core.collect.attempts import CollectError
 from capture_core.collect.conversation import (
     ChatConversation,
     Conversation,
+    MessagesConversation,
     ModelTurn,
     ResponsesConversation,
 )
@@ -42,9 +45,6 @@ from capture_core.observations import (
     ObservationRecorder,
     trajectory_task_id,
 )
-
-if TYPE_CHECKING:
-    import openai
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -67,7 +67,8 @@ TRAINING_SEGMENT: Final = "training-token-capture"
 SOURCE: Final = "ngcapture.simple_agent"
 MAIN_INVOCATION: Final = "main"
 API_KEY: Final = "ngcapture"  # the capture server forwards it; a real upstream would need one
-Dialect = Literal["responses", "chat"]
+Dialect = Literal["responses", "chat", "messages"]
+DIALECTS: Final[tuple[Dialect, ...]] = ("responses", "chat", "messages")
 HeadersFor = Mapping[str, str] | Callable[[Mapping[str, Any], str], Mapping[str, str]]
 DELEGATE: Final = Tool(
     "delegate",
@@ -117,11 +118,15 @@ class _Answer:
     invocation: InvocationRecorder
 
 
-class _Rollout:
-    """One rollout's client, recorder and sub-agent numbering."""
+#: Opens one invocation's conversation over a rollout's client: (request, offered tools).
+OpenConversation = Callable[[TaskRequest, list[dict[str, Any]]], Conversation]
 
-    def __init__(self, client: openai.OpenAI, recorder: ObservationRecorder) -> None:
-        self.client, self.recorder = client, recorder
+
+class _Rollout:
+    """One rollout's conversation factory, recorder and sub-agent numbering."""
+
+    def __init__(self, open_conversation: OpenConversation, recorder: ObservationRecorder) -> None:
+        self.open_conversation, self.recorder = open_conversation, recorder
         self.answers: list[_Answer] = []
         self._children: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -133,14 +138,17 @@ class _Rollout:
 
 
 class SimpleAgent:
-    """Run a task row through the capture server with the official ``openai`` SDK.
+    """Run a task row through the capture server with the official ``openai`` or ``anthropic``
+    SDK.
 
     Args:
         model_url: the capture server's root URL.
         model: the model name sent in requests (a row's ``responses_create_params.model``
             wins).
-        dialect: ``responses`` (``responses.create``) or ``chat`` (``chat.completions.create``,
-            a NeMo Gym row's Responses params translated).
+        dialect: ``responses`` (``responses.create``), ``chat`` (``chat.completions.create``)
+            or ``messages`` (the ``anthropic`` SDK's ``messages.create``); for the last two a
+            NeMo Gym row's Responses params are translated, and what has no equivalent fails
+            the row before any call.
         tools: offer the built-in tools and run the calls the model makes.
         subagent: also offer ``delegate``, run as a child invocation (needs ``tools``).
         max_turns: at most this many model calls per invocation.
@@ -171,8 +179,8 @@ class SimpleAgent:
         model_server: str = "policy_model",
         token_capture: bool = False,
     ) -> None:
-        if dialect not in ("responses", "chat"):
-            raise CollectError(f"dialect must be 'responses' or 'chat', got {dialect!r}")
+        if dialect not in DIALECTS:
+            raise CollectError(f"dialect must be one of {', '.join(DIALECTS)}, got {dialect!r}")
         if max_turns < 1:
             raise CollectError(f"max_turns must be at least 1, got {max_turns}")
         if subagent and not tools:
@@ -195,19 +203,12 @@ class SimpleAgent:
         Raises:
             TaskRowError: the row cannot be turned into a request (no model call is made).
         """
-        import openai
-
         request = task_request(row)
         headers = self.headers(row, rollout_id) if callable(self.headers) else self.headers
-        client = openai.OpenAI(
-            base_url=rollout_base_url(self.model_url, rollout_id, training=self.token_capture),
-            api_key=API_KEY,
-            max_retries=0,
-            timeout=self.timeout_s,
-            default_headers=dict(headers or {}),
-        )
-        rollout = _Rollout(client, ObservationRecorder(SOURCE, model_server=self.model_server))
-        with client:
+        base_url = rollout_base_url(self.model_url, rollout_id, training=self.token_capture)
+        with contextlib.ExitStack() as clients:
+            opener = self._opener(clients, base_url, dict(headers or {}))
+            rollout = _Rollout(opener, ObservationRecorder(SOURCE, model_server=self.model_server))
             answer = self._invoke(rollout, request, rollout.recorder.invocation(MAIN_INVOCATION))
         return {
             "response": answer.turn.response,
@@ -217,14 +218,26 @@ class SimpleAgent:
             **_producer_trajectory(row, rollout_id, rollout.answers),
         }
 
-    def _conversation(
-        self, client: openai.OpenAI, request: TaskRequest, tools: list[Tool]
-    ) -> Conversation:
-        if self.dialect == "responses":
-            return ResponsesConversation(client, self.model, request,
-                                         [tool.responses_spec() for tool in tools])  # fmt: skip
-        return ChatConversation(client, self.model, request,
-                                [tool.responses_spec() for tool in tools])  # fmt: skip
+    def _opener(
+        self, clients: contextlib.ExitStack, base_url: str, headers: dict[str, str]
+    ) -> OpenConversation:
+        """The dialect's SDK client (closed with ``clients``) and its conversation class."""
+        options: dict[str, Any] = {"api_key": API_KEY, "max_retries": 0,
+                                   "timeout": self.timeout_s,
+                                   "default_headers": headers}  # fmt: skip
+        if self.dialect == "messages":
+            import anthropic
+
+            # The anthropic SDK adds /v1/messages itself.
+            claude = clients.enter_context(
+                anthropic.Anthropic(base_url=base_url.removesuffix("/v1"), **options)
+            )
+            return partial(MessagesConversation, claude, self.model)
+        import openai
+
+        client = clients.enter_context(openai.OpenAI(base_url=base_url, **options))
+        kind = ResponsesConversation if self.dialect == "responses" else ChatConversation
+        return partial(kind, client, self.model)
 
     def _offered(self, *, child: bool) -> list[Tool]:
         if not self.tools:
@@ -237,7 +250,7 @@ class SimpleAgent:
         """One invocation's loop: ask, run the tools asked for, until a text answer."""
         started = time.time()
         offered = self._offered(child=invocation.invocation_id != MAIN_INVOCATION)
-        talk = self._conversation(rollout.client, request, offered)
+        talk = rollout.open_conversation(request, [tool.responses_spec() for tool in offered])
         calls = 0
         try:
             while True:

@@ -1,24 +1,29 @@
 """One agent conversation over one API dialect: ask the model, send tool outputs back.
 
 :class:`ResponsesConversation` speaks ``responses.create``; :class:`ChatConversation` speaks
-``chat.completions.create``, translating the task's Responses-shaped request. Both keep the
-history as Responses input items, which is what an invocation's ``conversation`` holds.
+``chat.completions.create`` and :class:`MessagesConversation` the ``anthropic`` SDK's
+``messages.create``, each translating the task's Responses-shaped request. All keep the history
+as Responses input items, which is what an invocation's ``conversation`` holds.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from capture_core.collect.messages_request import messages_request
 from capture_core.collect.tasks import TaskRequest, chat_request
 
 if TYPE_CHECKING:
+    import anthropic
     import openai
 
 __all__ = [
     "ChatConversation",
     "Conversation",
+    "MessagesConversation",
     "ModelTurn",
     "RequestedCall",
     "ResponsesConversation",
@@ -99,6 +104,21 @@ class ResponsesConversation:
         return [*self.items, *self.last]
 
 
+def _answer_items(content: str | None, calls: Sequence[RequestedCall]) -> list[dict[str, Any]]:
+    """A model answer (its text and tool calls) as Responses input items."""
+    items: list[dict[str, Any]] = []
+    if content:
+        items.append({"role": "assistant", "content": content})
+    items += [{"type": "function_call", "call_id": c.call_id, "name": c.name,
+               "arguments": c.arguments} for c in calls]  # fmt: skip
+    return items
+
+
+def _output_items(outputs: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    return [{"type": "function_call_output", "call_id": call_id, "output": output}
+            for call_id, output in outputs]  # fmt: skip
+
+
 class ChatConversation:
     """A conversation over Chat Completions (``client.chat.completions.create``)."""
 
@@ -139,19 +159,60 @@ class ChatConversation:
         self.messages.append({"role": "assistant", "content": content, "tool_calls": requested})
         self.messages += [{"role": "tool", "tool_call_id": call_id, "content": output}
                           for call_id, output in outputs]  # fmt: skip
-        self.items += self._answer_items()
-        self.items += [{"type": "function_call_output", "call_id": call_id, "output": output}
-                       for call_id, output in outputs]  # fmt: skip
+        self.items += [*_answer_items(content, calls), *_output_items(outputs)]
         self.last = (None, [])
 
     def history(self) -> list[dict[str, Any]]:
-        return [*self.items, *self._answer_items()]
+        return [*self.items, *_answer_items(*self.last)]
 
-    def _answer_items(self) -> list[dict[str, Any]]:
-        content, calls = self.last
-        items: list[dict[str, Any]] = []
-        if content:
-            items.append({"role": "assistant", "content": content})
-        items += [{"type": "function_call", "call_id": c.call_id, "name": c.name,
-                   "arguments": c.arguments} for c in calls]  # fmt: skip
-        return items
+
+class MessagesConversation:
+    """A conversation over Anthropic Messages (``client.messages.create``).
+
+    Tool calls are ``tool_use`` blocks of the answer; their outputs go back as ``tool_result``
+    blocks in the next user message.
+    """
+
+    def __init__(
+        self,
+        client: anthropic.Anthropic,
+        model: str,
+        request: TaskRequest,
+        tools: list[dict[str, Any]],
+    ) -> None:
+        self.translated = messages_request(TaskRequest(input=request.input, params=request.params,
+                                                    tools=[*request.tools, *tools]))  # fmt: skip
+        self.client, self.model = client, request.model or model
+        self.messages = self.translated.messages
+        self.items: list[dict[str, Any]] = list(request.input)
+        self.last: tuple[list[dict[str, Any]], str, list[RequestedCall]] = ([], "", [])
+
+    def ask(self) -> ModelTurn:
+        import anthropic
+
+        message = self.client.messages.create(
+            model=self.model,
+            max_tokens=self.translated.max_tokens,
+            messages=self.messages,  # type: ignore[arg-type]  # Messages turns, as JSON
+            system=self.translated.system or anthropic.omit,
+            tools=self.translated.tools or anthropic.omit,  # type: ignore[arg-type]
+            extra_body=self.translated.params or None,
+        )
+        content = [block.model_dump(mode="json", exclude_none=True) for block in message.content]
+        text = "".join(block.text for block in message.content if block.type == "text")
+        calls = [RequestedCall(block.id, block.name, json.dumps(block.input))
+                 for block in message.content if block.type == "tool_use"]  # fmt: skip
+        self.last = (content, text, calls)
+        return ModelTurn(message.model_dump(mode="json"), message.id, text, calls)
+
+    def send(self, outputs: Sequence[tuple[str, str]]) -> None:
+        content, text, calls = self.last
+        self.messages.append({"role": "assistant", "content": content})
+        results = [{"type": "tool_result", "tool_use_id": call_id, "content": output}
+                   for call_id, output in outputs]  # fmt: skip
+        self.messages.append({"role": "user", "content": results})
+        self.items += [*_answer_items(text, calls), *_output_items(outputs)]
+        self.last = ([], "", [])
+
+    def history(self) -> list[dict[str, Any]]:
+        return [*self.items, *_answer_items(*self.last[1:])]

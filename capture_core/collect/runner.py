@@ -100,7 +100,7 @@ class CollectConfig:
         drain_timeout_s: bound on waiting for in-flight capture writes (before clearing, in
             all; after each rollout, per rollout).
         tools: let the simple agent use its built-in tools.
-        dialect: ``responses`` or ``chat``.
+        dialect: ``responses``, ``chat`` or ``messages`` (Anthropic Messages).
         model: the model name the agent sends.
         max_attempts: a row that failed this many times is not run again.
         max_turns: model calls per rollout, at most.

@@ -287,3 +287,94 @@ def test_nemo_gym_rows_over_chat_completions_by_translation(
         assert sent["messages"] == row["responses_create_params"]["input"]
         assert record["ng_model_call_capture"]["calls"][0]["dialect"] == "chat"
         assert "extracted_answer" in record and record["options"] == row["options"]
+
+
+def test_nemo_gym_rows_over_anthropic_messages_by_translation(
+    server: ServiceProcess, capture_dir: Path, tmp_path: Path
+) -> None:
+    tasks, output = tmp_path / "mcqa.jsonl", tmp_path / "rollouts.jsonl"
+    rows = mcqa_rows()[:6]
+    rows[0]["responses_create_params"] |= {"instructions": "Think, then box the letter.",
+                                           "max_output_tokens": 300}  # fmt: skip
+    untranslatable = [
+        {**rows[1], "uuid": "web-search",
+         "responses_create_params": {**rows[1]["responses_create_params"],
+                                     "tools": [{"type": "web_search_preview"}]}},
+        {**rows[2], "uuid": "follow-up",
+         "responses_create_params": {**rows[2]["responses_create_params"],
+                                     "previous_response_id": "resp_0"}},
+    ]  # fmt: skip
+    tasks.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in [*rows, *untranslatable]))
+    done = ngcapture("collect", "--input", str(tasks), "--output", str(output), "--model-url",
+                     server.url, "--capture-dir", str(capture_dir),
+                     "--dialect", "messages")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "rollouts: 6 ok, 2 failed" in done.stdout
+    store = CaptureStore(capture_dir)
+    records = {r["uuid"]: r for r in read(output)}
+    assert set(records) == {r["uuid"] for r in rows}
+    for row in rows:
+        record = records[row["uuid"]]
+        for key, value in row.items():
+            assert record[key] == value, key  # every task field kept as it was
+        boxed = row.get("grading_mode") != "lenient_answer_colon"  # the model boxes its letter
+        assert (record["extracted_answer"] in ("A", "B", "C", "D")) == boxed  # the text, graded
+        assert record["reward"] == (
+            1.0 if record["extracted_answer"] == row["expected_answer"] else 0.0
+        )
+        assert record["response"]["type"] == "message"
+        capture = record["ng_model_call_capture"]
+        (line,) = store.path_for(capture["rollout_id"]).read_bytes().splitlines()
+        sent = orjson.loads(line)["request"]
+        assert sent["messages"] == row["responses_create_params"]["input"]
+        params = row["responses_create_params"]
+        assert sent["max_tokens"] == (params["max_output_tokens"] or 4096)
+        assert sent.get("system") == params.get("instructions")
+        assert sent["temperature"] == 0.0
+        (call,) = capture["calls"]
+        assert call["dialect"] == "messages" and call["response_id"] == record["response"]["id"]
+        # the agent's reference (by the Messages response id) is joined to the captured call
+        (main,) = record["ng_trajectory"]["invocations"]
+        assert [ref["model_call_id"] for ref in main["model_calls"]] == [call["model_call_id"]]
+        assert record["ng_trajectory"]["gaps"] == []
+        check_perf(record)
+    failures = {r["uuid"]: r["ng_failure"] for r in read(tmp_path / "rollouts_failures.jsonl")}
+    assert failures["web-search"]["error_type"] == "TaskRowError"
+    assert "only function tools translate to Anthropic Messages" in (
+        failures["web-search"]["error"])  # fmt: skip
+    assert "previous_response_id has no Anthropic Messages equivalent" in (
+        failures["follow-up"]["error"])  # fmt: skip
+    assert len(list(capture_dir.glob("*.capture.jsonl"))) == len(rows)  # no call for those two
+
+
+def test_the_tool_agent_over_anthropic_messages(
+    server: ServiceProcess, capture_dir: Path, tmp_path: Path
+) -> None:
+    output = tmp_path / "rollouts.jsonl"
+    done = ngcapture("collect", "--output", str(output), "--model-url", server.url,
+                     "--capture-dir", str(capture_dir), "--limit", "4", "--tools",
+                     "--dialect", "messages")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    records = read(output)
+    assert len(records) == 4
+    store = CaptureStore(capture_dir)
+    for record in records:
+        capture, trajectory = record["ng_model_call_capture"], record["ng_trajectory"]
+        assert [call["dialect"] for call in capture["calls"]] == ["messages", "messages"]
+        (main,) = trajectory["invocations"]
+        assert [ref["model_call_id"] for ref in main["model_calls"]] == [
+            call["model_call_id"] for call in capture["calls"]]  # fmt: skip
+        (tool,) = trajectory["tool_calls"]
+        assert tool["tool_call_id"].startswith("toolu_")
+        assert tool["tool_call_id"] == capture["calls"][0]["tool_calls"][0]["call_id"]
+        assert (tool["timing_source"], tool["status"]) == ("executor", "completed")
+        # the second call sent the tool_use back with its tool_result in a user message
+        _, second = (orjson.loads(line) for line in
+                     store.path_for(capture["rollout_id"]).read_bytes().splitlines())  # fmt: skip
+        asked, answered = second["request"]["messages"][-2:]
+        assert asked["role"] == "assistant" and asked["content"][-1]["type"] == "tool_use"
+        assert answered == {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": tool["tool_call_id"],
+             "content": tool["output"]}]}  # fmt: skip
+        assert record["output_text"] and "parsed_answer" in record
+        check_perf(record)
