@@ -13,7 +13,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import plotly.graph_objects as go
 import polars as pl
@@ -145,18 +145,36 @@ def diff_figure(d: CheckpointDiff) -> go.Figure:
         )
     fig.add_vline(x=0, line={"color": "black", "width": 1})
     title = f"{d.label_b} vs {d.label_a}: relative difference, {d.confidence:.0%} CI"
-    if missing:  # a few names per line: a long list must wrap, not run off the figure
-        lines = [", ".join(missing[i : i + 3]) for i in range(0, len(missing), 3)]
-        title += "<br><sup>not shown (no relative difference): " + ",<br>".join(lines) + "</sup>"
+    lines = _wrap(["not shown (no relative difference):", *missing]) if missing else []
+    if lines:  # short lines: a long list must wrap, not run off a narrow figure
+        title += "<br><sup>" + "<br>".join(lines) + "</sup>"
     fig.update_layout(
         title=title,
         xaxis_title=f"{d.label_b} relative to {d.label_a} (%)",
         yaxis={"categoryorder": "array", "categoryarray": shown["metric"].to_list()[::-1]},
-        height=max(320, 40 * shown.height + 140 + 20 * -(-len(missing) // 3)),
-        margin={"t": 90 + 20 * -(-len(missing) // 3)},
+        height=max(320, 40 * shown.height + 140 + 20 * len(lines)),
+        margin={"t": 90 + 20 * len(lines)},
         template="plotly_white",
     )
     return fig
+
+
+#: Characters per line of the forest plot's "not shown" list (fits a 500 px wide figure).
+_LINE_CHARS: Final = 60
+
+
+def _wrap(words: list[str]) -> list[str]:
+    """The heading then the metric names, comma-separated, in lines of at most ``_LINE_CHARS``."""
+    lines = [words[0]]
+    current = ""
+    for n, word in enumerate(words[1:]):
+        piece = word + ("," if n < len(words) - 2 else "")
+        if current and len(current) + 1 + len(piece) > _LINE_CHARS:
+            lines.append(current)
+            current = piece
+        else:
+            current = f"{current} {piece}" if current else piece
+    return [*lines, current] if current else lines
 
 
 def number_text(value: float | None, unit: str, *, sign: bool = False) -> str:

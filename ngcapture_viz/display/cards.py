@@ -57,10 +57,10 @@ CSS: Final = """
 .ngc table { border-collapse: collapse; font-size: 12.5px; }
 .ngc th, .ngc td { border: 1px solid rgba(128,128,128,.35); padding: 2px 8px;
   text-align: left !important; vertical-align: top; white-space: nowrap; }
-.ngc td.wrap { white-space: normal !important; min-width: 18em; max-width: 48em; }
+.ngc td.wrap { white-space: normal !important; min-width: 12em; max-width: 48em; }
 .ngc td.num { text-align: right !important; font-variant-numeric: tabular-nums; }
 .ngc td.unknown { opacity: .6; }
-.ngc .grid { display: grid; gap: 10px;
+.ngc .grid { display: grid; gap: 10px; grid-auto-flow: dense;
   grid-template-columns: repeat(auto-fill, minmax(min(100%, 560px), 1fr)); }
 .ngc .grid > div { min-width: 0; border: 1px solid rgba(128,128,128,.3); border-radius: 4px; }
 .ngc .wide { grid-column: 1 / -1; }
@@ -288,7 +288,7 @@ def gap_report_html(report: GapReport, *, plotlyjs: bool = False) -> str:
         + table_html(report.missing, caption="Rollouts missing from a source", wrap=wrap)
         + table_html(report.damaged, caption="Damaged capture lines", wrap=wrap)
         + table_html(report.pending, caption="Pending capture writes", wrap=wrap)
-        + table_html(report.summary, caption="Coverage")
+        + table_html(report.summary, caption="Coverage", wrap=["description"])
     )
     return card(body)
 

@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -21,6 +22,8 @@ __all__ = ["fmt_ms", "gaps_note", "hover_text", "subtitle", "unplaced_note"]
 _MAX_GAP_LINES: Final = 8
 _MAX_UNPLACED_LINES: Final = 5
 _NOT_REPORTED: Final = "not reported"
+#: Characters per line of a note under the chart: it wraps (never cut) to fit a narrow figure.
+_NOTE_CHARS: Final = 68
 
 
 def hover_text(row: Mapping[str, Any]) -> str:
@@ -64,7 +67,7 @@ def unplaced_note(unplaced: pl.DataFrame) -> str:
     ]
     more = unplaced.height - len(listed)
     tail = f" and {more} more" if more > 0 else ""
-    return (
+    return _wrapped(
         f"{unplaced.height} call(s) not drawn (no start/end time, or ended before starting): "
         + ", ".join(listed)
         + tail
@@ -76,10 +79,17 @@ def gaps_note(gaps: pl.DataFrame) -> str:
     lines = [f"<b>{gaps.height} gap(s) in this rollout's evidence:</b>"]
     for row in gaps.head(_MAX_GAP_LINES).iter_rows(named=True):
         where = f" (line {row['line_number']})" if row["line_number"] is not None else ""
-        lines.append(f"{row['code']}{where}: {row['detail'] or ''}")
+        lines.append(_wrapped(f"{row['code']}{where}: {row['detail'] or ''}"))
     if gaps.height > _MAX_GAP_LINES:
         lines.append(f"… and {gaps.height - _MAX_GAP_LINES} more (see gap_report)")
     return "<br>".join(lines)
+
+
+def _wrapped(line: str) -> str:
+    """``line`` broken at spaces into lines of at most ``_NOTE_CHARS`` (continuations indented);
+    a word longer than that stays whole."""
+    parts = textwrap.wrap(line, _NOTE_CHARS, subsequent_indent="  ", break_long_words=False)
+    return "<br>".join(parts) or line
 
 
 def fmt_ms(ms: float) -> str:

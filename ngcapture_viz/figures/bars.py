@@ -47,8 +47,8 @@ def group_labels(table: pl.DataFrame, by: Sequence[str]) -> list[str]:
 def throughput_figure(table: pl.DataFrame, by: Sequence[str]) -> go.Figure:
     """p50 and p95 of output tokens per second per group (``stats.throughput_summary``);
     lying bars from ``HORIZONTAL_FROM`` groups on."""
-    labels = _labels_with_coverage(table, by)
     horizontal = table.height >= HORIZONTAL_FROM
+    labels = _labels_with_coverage(table, by, horizontal=horizontal)
     fig = Figure()
     for name in ("p50", "p95"):
         fig.add_trace(
@@ -91,12 +91,14 @@ def _lying_height(groups: int, bars: int, *, panels: int) -> int:
     return 160 + panels * groups * (bars * 9 + 16)
 
 
-def _labels_with_coverage(table: pl.DataFrame, by: Sequence[str]) -> list[str]:
+def _labels_with_coverage(table: pl.DataFrame, by: Sequence[str], *, horizontal: bool) -> list[str]:
+    labels = group_labels(table, by)
+    if not horizontal:  # under a standing bar: the run on a line of its own, so that
+        # neighbouring labels stay apart in a narrow figure
+        labels = [label.replace(" · ", "<br>", 1) for label in labels]
     return [
         f"{label}<br>{n:,}/{total:,} reported"
-        for label, n, total in zip(
-            group_labels(table, by), table["n_reported"], table["n_calls"], strict=True
-        )
+        for label, n, total in zip(labels, table["n_reported"], table["n_calls"], strict=True)
     ]
 
 

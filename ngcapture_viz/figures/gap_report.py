@@ -78,6 +78,8 @@ _DAMAGED_COLUMNS: Final = (
 _MISSING_COLUMNS: Final = ("run", "rollout_id", "code", "detail", "path", "line_number")
 _PENDING_COLUMNS: Final = ("run", "rollout_id", "model_call_id", "path", "detail")
 _MISSING_CODES: Final = (AnalysisGap.NOT_IN_STORE.value, AnalysisGap.NOT_IN_ROLLOUTS.value)
+#: How far below the plots the legend starts: past the tick labels and the axis title.
+_LEGEND_DROP_PX: Final = 62
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,7 @@ class GapReport:
                     x=codes["count"].to_list(),
                     name=run,
                     legendgroup=run,
+                    showlegend=False,
                     marker_color=color,
                     hovertext=[
                         f"{c}: {n} gap(s) in {r} rollout(s)<br>{m}"
@@ -186,11 +189,17 @@ class GapReport:
                         "unknown" if c is None else f"{c}/{t}"
                         for c, t in cover.select("count", "total").rows()
                     ],
-                    textposition="auto",
+                    # Beside the bar at a readable size (inside, plotly shrank it to the
+                    # bar's thickness), so that a 0/40 row says so too.
+                    textposition="outside",
+                    constraintext="none",
+                    cliponaxis=False,
+                    textfont={"size": 11},
                     name=run,
                     legendgroup=run,
                     marker_color=color,
-                    showlegend=self.by_code.height == 0,  # else the gap bars name the runs
+                    # Every run has coverage bars, not every run has gaps: these name them.
+                    showlegend=True,
                     hovertemplate="%{y}: %{text}<extra>%{fullData.name}</extra>",
                     meta={"kind": "coverage", "run": run},
                 ),
@@ -199,7 +208,7 @@ class GapReport:
             )
         if self.by_code.height == 0:
             fig.add_annotation(
-                text="no gaps: every piece of evidence is present and readable",
+                text="no gaps: every piece of evidence<br>is present and readable",
                 xref="x domain",
                 yref="y domain",
                 x=0.5,
@@ -209,17 +218,32 @@ class GapReport:
             )
             fig.update_xaxes(visible=False, row=1, col=1)
             fig.update_yaxes(visible=False, row=1, col=1)
-        per_row = 18 * max(1, len(runs))
+        per_row = 20 * max(1, len(runs))
+        height = min(1600, 300 + per_row * (n_codes + 1 + n_metrics))
         fig.update_layout(
             title={"text": "Gap report", "subtitle": {"text": _subtitle(self)}},
             barmode="group",
-            height=min(1600, 260 + per_row * (n_codes + 1 + n_metrics)),
-            legend={"title": {"text": "run"}},
+            height=height,
+            # Below the figure, not beside it: the coverage labels already take the left
+            # third, and a legend at the right left the bars too narrow for their labels.
+            legend={
+                "title": {"text": "run"},
+                "orientation": "h",
+                "yanchor": "top",
+                "x": 0,
+                "y": -_LEGEND_DROP_PX / max(1, height - 100 - 80),
+            },
             margin={"t": 100},
         )
         fig.update_yaxes(autorange="reversed", automargin=True)
         fig.update_xaxes(title_text="gaps", row=1, col=1)
-        fig.update_xaxes(title_text="% of the total", range=[0, 105], row=2, col=1)
+        fig.update_xaxes(
+            title_text="% of the total",
+            range=[0, 118],  # room for the count/total beside a full bar
+            tickvals=[0, 20, 40, 60, 80, 100],
+            row=2,
+            col=1,
+        )
         return fig
 
 

@@ -41,6 +41,14 @@ _PANEL_TITLES: Final = {
 }
 
 
+#: Layout in pixels: above the plots (title, subtitle, first panel title), the two panels and
+#: the space between them, below them to the legend (ticks and the axis title), a legend row.
+_TOP_PX: Final = 130
+_PLOTS_PX: Final = 430
+_LEGEND_DROP_PX: Final = 70
+_LEGEND_ROW_PX: Final = 21
+
+
 @accepts_pandas(table=LATENCY_SCHEMA, distribution=DISTRIBUTION_SCHEMA)
 def latency_figure(
     table: pl.DataFrame, by: Sequence[str], *, distribution: pl.DataFrame | None = None
@@ -60,7 +68,7 @@ def latency_figure(
         rows=2,
         cols=1,
         subplot_titles=[_PANEL_TITLES[m] for m in LATENCY_METRICS],
-        vertical_spacing=0.2,
+        vertical_spacing=0.22,
     )
     runs = table["run"].cast(pl.String).unique(maintain_order=True).to_list() if "run" in by else []
     colors = run_colors(runs)
@@ -119,17 +127,29 @@ def latency_figure(
             )
         positive = [v for v in values if v > 0]
         if positive and max(positive) / min(positive) >= LOG_FROM:
-            fig.update_xaxes(type="log", row=row, col=1)
-        fig.update_xaxes(title_text="ms", row=row, col=1)
+            # Labels at 1, 2 and 5 of each decade: all nine crowd a narrow decade (9 ran into 1000).
+            fig.update_xaxes(type="log", dtick="D2", row=row, col=1)
         fig.update_yaxes(title_text="share of calls", tickformat=".0%", range=[0, 1.02], row=row)
+    # One x title, under the lower panel: the upper one's ran into the lower panel's title.
+    fig.update_xaxes(title_text="ms", row=len(LATENCY_METRICS), col=1)
+    # The legend (a line per group) below the plots, the figure growing with it: a fixed height
+    # squeezed the plots and let the legend run over the axis title and off the figure.
+    groups = max(1, table.filter(pl.col("metric") == LATENCY_METRICS[0]).height)
+    legend_px = _LEGEND_ROW_PX * groups
     fig.update_layout(
         title={
             "text": "Latency distribution per " + " · ".join(by or ["call"]),
             "subtitle": {"text": "curve: ECDF of the calls that reported it; ◆ p50 p90 p95 p99"},
         },
-        height=640,
-        margin={"t": 130},
-        legend={"orientation": "h", "yanchor": "top", "y": -0.12, "x": 0},
+        height=_TOP_PX + _PLOTS_PX + _LEGEND_DROP_PX + legend_px + 10,
+        margin={"t": _TOP_PX, "b": _LEGEND_DROP_PX + legend_px + 10},
+        legend={
+            "orientation": "h",
+            "yanchor": "top",
+            "y": -_LEGEND_DROP_PX / _PLOTS_PX,
+            "x": 0,
+            "tracegroupgap": 0,
+        },
     )
     return fig
 

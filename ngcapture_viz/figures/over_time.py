@@ -106,6 +106,8 @@ def calls_over_time_figure(
         margin={"t": 100},
     )
     fig.update_yaxes(rangemode="tozero")
+    # The first time label sits at the corner; off the axis line, it clears the y axis' "0".
+    fig.update_xaxes(ticklabelstandoff=6)
     return fig
 
 

@@ -26,6 +26,7 @@ from ngcapture_viz.frames.rollouts import ROLLOUTS
 from ngcapture_viz.interop import accepts_pandas
 
 __all__ = [
+    "KNOWN",
     "MAX_BINS",
     "MIN_PER_BIN",
     "REWARD_METRICS",
@@ -35,6 +36,8 @@ __all__ = [
 ]
 
 REWARD_METRICS: Final = ("tokens_total", "latency_total_ms", "num_calls")
+#: Under each panel's title: how many rollouts it shows (reward and total known) of how many.
+KNOWN: Final = "rollouts known"
 MIN_PER_BIN: Final = 20
 MAX_BINS: Final = 10
 #: Point traces up to this size are SVG (``scatter``): drawn by every plotly.js bundle, quick
@@ -48,26 +51,31 @@ def reward_figure(
 ) -> go.Figure:
     """Per-rollout totals (tokens, latency, calls) against reward; sampled above a cap.
 
-    Rollouts with no reward or no reported total are left out; each panel's axis says how many
-    rollouts it shows of how many there are. Traces per panel and run: the points, then the
+    Rollouts with no reward or no reported total are left out; each panel's title says how
+    many rollouts it shows of how many there are. Traces per panel and run: the points, then the
     binned means (computed over all rollouts, never sampled).
     """
     budget = max(1, max_points // max(1, len(runs)))
+    known_by_metric = {
+        metric: rollouts.filter(pl.col("reward").is_not_null() & pl.col(metric).is_not_null())
+        for metric in REWARD_METRICS
+    }
+    # Each panel's coverage under its title (as the token panels do): three axis titles of
+    # this length ran into each other in a narrow output.
     fig = make_subplots(
         figure=Figure(),
         rows=1,
         cols=len(REWARD_METRICS),
-        subplot_titles=REWARD_METRICS,
+        subplot_titles=[
+            f"{metric}<br><sup>{known.height:,} / {rollouts.height:,} {KNOWN}</sup>"
+            for metric, known in known_by_metric.items()
+        ],
         shared_yaxes=True,
         horizontal_spacing=0.06,
     )
     was_sampled = False
     colors = run_colors(runs)
-    for col, metric in enumerate(REWARD_METRICS, start=1):
-        known_all = rollouts.filter(pl.col("reward").is_not_null() & pl.col(metric).is_not_null())
-        fig.update_xaxes(
-            title_text=f"{known_all.height:,} / {rollouts.height:,} rollouts known", row=1, col=col
-        )
+    for col, (metric, known_all) in enumerate(known_by_metric.items(), start=1):
         for run in runs:
             known = known_all.filter(pl.col("run").cast(pl.String) == run)
             was_sampled = was_sampled or known.height > budget
@@ -118,8 +126,8 @@ def reward_figure(
             },
         },
         height=480,
-        margin={"t": 110},
-        legend={"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0},
+        margin={"t": 125},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.12, "x": 0},
     )
     fig.update_yaxes(title_text="reward", row=1, col=1)
     return fig

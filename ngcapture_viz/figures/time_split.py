@@ -89,24 +89,29 @@ def time_split_figure(table: pl.DataFrame, runs: Sequence[str]) -> go.Figure:
         fig.add_trace(go.Bar(
             orientation="h", y=labels, x=shares, name=name, marker={"color": color},
             text=[f"{s:.0%}" if s is not None and s >= 0.06 else "" for s in shares],
-            textposition="inside", hovertext=texts, hovertemplate="%{hovertext}<extra></extra>",
+            textposition="inside", textangle=0, hovertext=texts,
+            hovertemplate="%{hovertext}<extra></extra>",
             meta={"kind": "time_split", "part": column},
         ))  # fmt: skip
     missing = not any(r and r["with_perf"] for r in rows.values())
     fig.update_layout(
         title={
             "text": "Where the time goes",
+            # Two short lines: one long one ran off a figure in a half-width dashboard cell.
             "subtitle": {
-                "text": "share of rollout wall time (ng_perf); rollouts without "
+                "text": "share of rollout wall time (ng_perf);<br>rollouts without "
                 "ng_perf are left out, never counted as 0"
             },
         },
         barmode="stack",
         xaxis={"tickformat": ".0%", "range": [0, 1]},
         yaxis={"autorange": "reversed"},
-        height=220 + 40 * len(runs),
-        margin={"t": 90},
-        legend={"orientation": "h", "y": -0.25},
+        height=240 + 40 * len(runs),
+        margin={"t": 105},
+        # The legend reads in stacking order; a share too narrow for its label at this width
+        # shows none (the hover has it) instead of a shrunken, turned one.
+        legend={"orientation": "h", "y": -0.25, "traceorder": "normal"},
+        uniformtext={"minsize": 11, "mode": "hide"},
     )
     if missing:
         fig.add_annotation(text="No rollout carries ng_perf (collected without agent evidence?)",

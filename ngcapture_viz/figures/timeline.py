@@ -385,14 +385,19 @@ def _add_notes(fig: go.Figure, notes: list[tuple[str, str]]) -> int:
 
 
 def _style_axes(fig: go.Figure, num_lanes: int, origin: Any) -> None:
-    start = origin.isoformat() if origin is not None else "n/a"
+    # Milliseconds, not microseconds, and short: the title must fit under a narrow plot.
+    start = (
+        f"{origin:%Y-%m-%d %H:%M:%S}.{origin.microsecond // 1000:03d} UTC"
+        if origin is not None
+        else "n/a"
+    )
     fig.update_layout(
         barmode="overlay",
         showlegend=True,  # even with one outcome: the colour must say what it means
         legend={"title": {"text": "outcome"}},
         hoverlabel={"align": "left"},
         xaxis={
-            "title": {"text": f"ms since the first call started ({start})"},
+            "title": {"text": f"ms since the first call ({start})"},
             "rangemode": "tozero",
         },
         yaxis={

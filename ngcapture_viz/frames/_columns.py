@@ -55,7 +55,10 @@ class FrameSchema:
         from ngcapture_viz.display.cards import card
 
         caption = f"The {self.name} frame: {len(self.columns)} columns"
-        return card(table_html(self.describe(), caption=caption, max_rows=1000, wrap=["meaning"]))
+        table = table_html(
+            self.describe(), caption=caption, max_rows=1000, wrap=["dtype", "meaning"]
+        )
+        return card(table)
 
     @property
     def names(self) -> list[str]:

@@ -277,7 +277,7 @@ def test_model_filter_recomputes_throughput(dash: CaptureDashboard) -> None:
     assert p50.orientation == "v"
     assert bar_values(p50) == kept["p50"].to_list()
     assert bar_values(p95) == kept["p95"].to_list()
-    assert all(" · sim-model-2 · " in label for label in bar_labels(p95))
+    assert all("<br>sim-model-2 · " in label for label in bar_labels(p95))  # run, line 1
 
 
 def test_model_filter_keeps_the_rollouts_with_a_matching_call_and_their_totals(
@@ -304,7 +304,8 @@ def test_model_filter_keeps_the_rollouts_with_a_matching_call_and_their_totals(
     assert (whole["num_calls"] > whole["n"]).any()
     figure = dash.figures["reward"]
     assert figure.layout.title.subtitle.text.endswith(REWARD_SELECTION_NOTE)
-    assert figure.layout.xaxis3.title.text == f"{whole.height} / {whole.height} rollouts known"
+    known = f"{whole.height} / {whole.height} rollouts known"
+    assert figure.layout.annotations[2].text == f"num_calls<br><sup>{known}</sup>"
 
     dash.filters["model"].value = ()
     assert _points(_reward_trace(dash, "a")) == _expected_points(_known(dash.rollouts, "a"))
@@ -343,7 +344,7 @@ def test_filters_that_leave_a_run_or_everything_empty_keep_valid_figures(
     assert all(list(t.x) == [] for t in dash.figures["throughput"].data)
     reward = dash.figures["reward"]
     assert all(t.x is None or len(t.x) == 0 for t in reward.data)
-    assert reward.layout.xaxis.title.text == "0 / 0 rollouts known"
+    assert reward.layout.annotations[0].text == "tokens_total<br><sup>0 / 0 rollouts known</sup>"
     assert list(_drawn(dash)) == FIGURES  # still six figures for the page to draw
 
 
