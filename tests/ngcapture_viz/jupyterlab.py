@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,8 +50,11 @@ class Lab:
     root: Path
     process: subprocess.Popen[bytes]
     log: Path
+    app: str = "jupyterlab"
 
     def notebook_url(self, name: str) -> str:
+        if self.app == "notebook":  # Notebook 7: one page per notebook
+            return f"{self.url}/notebooks/{name}?token={self.token}"
         # ``reset``: a fresh workspace, not the tabs an earlier page left open.
         return f"{self.url}/lab/tree/{name}?reset&token={self.token}"
 
@@ -64,8 +67,18 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_lab(root: Path) -> Iterator[Lab]:
-    """JupyterLab serving ``root/notebooks`` (the repo's notebooks and ``_setup.py`` copied)."""
+def running_lab(
+    root: Path, *, disabled_extensions: Sequence[str] = (), app: str = "jupyterlab"
+) -> Iterator[Lab]:
+    """JupyterLab serving ``root/notebooks`` (the repo's notebooks and ``_setup.py`` copied).
+
+    ``app="notebook"``: Notebook 7 (the classic Notebook today, built on JupyterLab) instead,
+    with the same settings; its pages are ``/tree`` and ``/notebooks/<name>``.
+
+    ``disabled_extensions``: what this server's ``labconfig/page_config.json`` disables, as if
+    its environment had none of it: plugin ids or their prefix before ``:`` (plotly's
+    renderer: ``@jupyterlab/plotly-extension``; the package name alone does not disable it).
+    """
     work = root / "notebooks"
     work.mkdir(parents=True, exist_ok=True)
     for path in (*NOTEBOOK_DIR.glob("*.ipynb"), NOTEBOOK_DIR / "_setup.py"):
@@ -82,6 +95,12 @@ def running_lab(root: Path) -> Iterator[Lab]:
     )
     for name in ("scratch", "runtime", "config", "workspaces"):
         (root / name).mkdir(exist_ok=True)
+    if disabled_extensions:
+        labconfig = root / "config" / "labconfig"
+        labconfig.mkdir(exist_ok=True)
+        (labconfig / "page_config.json").write_text(
+            json.dumps({"disabledExtensions": dict.fromkeys(disabled_extensions, True)})
+        )
     port, token = _free_port(), secrets.token_hex(16)
     env = {
         **os.environ,
@@ -95,10 +114,11 @@ def running_lab(root: Path) -> Iterator[Lab]:
     }
     env.pop("NGCAPTURE_DEMO_DIR", None)
     log = root / "jupyterlab.log"
+    name = "LabApp" if app == "jupyterlab" else "JupyterNotebookApp"
     command = [
         sys.executable,
         "-m",
-        "jupyterlab",
+        app,
         "--no-browser",
         "--allow-root",  # CI runs as root
         "--ServerApp.ip=127.0.0.1",
@@ -106,16 +126,20 @@ def running_lab(root: Path) -> Iterator[Lab]:
         "--ServerApp.port_retries=0",
         f"--IdentityProvider.token={token}",
         f"--ServerApp.root_dir={work}",
-        "--LabApp.expose_app_in_browser=True",
-        f"--LabApp.user_settings_dir={settings}",
-        f"--LabApp.workspaces_dir={root / 'workspaces'}",
-        "--LabApp.check_for_updates_class=jupyterlab.handlers.announcements.NeverCheckForUpdate",
-        "--LabApp.news_url=",
-        "--LabApp.extension_manager=readonly",
+        f"--{name}.expose_app_in_browser=True",
+        f"--{name}.user_settings_dir={settings}",
+        f"--{name}.workspaces_dir={root / 'workspaces'}",
     ]
+    if app == "jupyterlab":
+        command += [
+            "--LabApp.check_for_updates_class="
+            "jupyterlab.handlers.announcements.NeverCheckForUpdate",
+            "--LabApp.news_url=",
+            "--LabApp.extension_manager=readonly",
+        ]
     with log.open("wb") as out:
         process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
-    lab = Lab(f"http://127.0.0.1:{port}", token, work, process, log)
+    lab = Lab(f"http://127.0.0.1:{port}", token, work, process, log, app)
     try:
         _wait_until_up(lab)
         yield lab
