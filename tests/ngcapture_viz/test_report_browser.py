@@ -8,6 +8,7 @@ full-page screenshot is written to ``results/test-artifacts/report.png``.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import subprocess
@@ -47,17 +48,21 @@ _STATE = """() => [...document.querySelectorAll('.plotly-graph-div')].map(d => (
 
 
 def demo_dir() -> Path:
-    """The demo output (``make demo``), generated when missing."""
-    if not all((DEMO / name / "rollouts.jsonl").is_file() for name in CHECKPOINTS):
-        done = subprocess.run(
-            [sys.executable, "-m", "capture_core.demo", "--out", str(DEMO)],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=300,
-        )
-        assert done.returncode == 0, f"make demo failed:\n{done.stdout}\n{done.stderr}"
+    """The demo output (``make demo``), generated when missing. Under the lock the notebooks'
+    ``_setup.py`` takes, so a notebook test in another process never reads it half-made."""
+    DEMO.parent.mkdir(parents=True, exist_ok=True)
+    with DEMO.with_name(DEMO.name + ".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not all((DEMO / name / "rollouts.jsonl").is_file() for name in CHECKPOINTS):
+            done = subprocess.run(
+                [sys.executable, "-m", "capture_core.demo", "--out", str(DEMO)],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=300,
+            )
+            assert done.returncode == 0, f"make demo failed:\n{done.stdout}\n{done.stderr}"
     return DEMO
 
 
