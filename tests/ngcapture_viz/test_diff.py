@@ -6,6 +6,7 @@ hundreds of simulated checkpoint pairs stay fast; the end-to-end tests write rea
 
 from __future__ import annotations
 
+import functools
 import random
 from pathlib import Path
 
@@ -74,15 +75,17 @@ CALIBRATED = ("latency_mean_ms", "latency_p50_ms")
 
 def simulated_pairs(shift: float, trials: int, *, first_seed: int) -> list[dict[str, dict]]:
     """``trials`` checkpoint pairs on fresh tasks: b's latencies are a's population × shift."""
-    rows = []
-    for trial in range(trials):
-        rng = random.Random(first_seed + trial)
-        effects = population(rng, 100)
-        a = make_run("a", effects, seed=rng.randrange(1 << 30))
-        b = make_run("b", effects, seed=rng.randrange(1 << 30), scale=shift)
-        d = diff(a, b, metrics=CALIBRATED, n_boot=300, seed=trial)
-        rows.append({m: d.row(m) for m in CALIBRATED})
-    return rows
+    return [simulated_pair(shift, first_seed, trial) for trial in range(trials)]
+
+
+@functools.cache  # the same trials serve two tests: computed once (they are not changed)
+def simulated_pair(shift: float, first_seed: int, trial: int) -> dict[str, dict]:
+    rng = random.Random(first_seed + trial)
+    effects = population(rng, 100)
+    a = make_run("a", effects, seed=rng.randrange(1 << 30))
+    b = make_run("b", effects, seed=rng.randrange(1 << 30), scale=shift)
+    d = diff(a, b, metrics=CALIBRATED, n_boot=300, seed=trial)
+    return {m: d.row(m) for m in CALIBRATED}
 
 
 def test_intervals_cover_a_known_shift_at_the_stated_rate() -> None:
