@@ -35,8 +35,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Two processes (pytest-xdist): many tests wait on servers, kernels and browsers, so two fit two
+# cores; each test module runs in one of them (tests/_parallel.py). Serially: `.venv/bin/pytest`.
 unit: $(STAMP) chromium kernel
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2
 
 test: chromium kernel lint typecheck unit
 
