@@ -9,6 +9,7 @@ same arithmetic as ``frames.calls`` applies row by row (a test checks they are e
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,27 @@ class FactsRows:
         self.offsets.append(offset)
         self.lengths.append(length)
         self.paths.append(path)
+
+    def extend(  # noqa: PLR0917 - positional, as ``add``
+        self,
+        lines: list[FastLine],
+        rollout_id: str,
+        call_index: int,
+        line_number: int,
+        offsets: list[int],
+        lengths: list[int],
+        path: str,
+    ) -> None:
+        """``add`` of consecutive lines of one file (call indexes and line numbers counting up
+        from the first line's)."""
+        count = len(lines)
+        self.lines += lines
+        self.rollout_ids += repeat(rollout_id, count)
+        self.call_indexes += range(call_index, call_index + count)
+        self.line_numbers += range(line_number, line_number + count)
+        self.offsets += offsets
+        self.lengths += lengths
+        self.paths += repeat(path, count)
 
     def frames(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """The ``calls`` and ``tool_calls`` rows (``run`` null, as ``CallColumns`` leaves it)."""

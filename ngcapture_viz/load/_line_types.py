@@ -14,9 +14,17 @@ import msgspec
 import numpy as np
 import polars as pl
 
+from capture_core.facts import FACTS_VERSION
 from capture_core.records import DEFAULT_MODEL_REF_TYPE
 
-__all__ = ["FastLine", "decode_fast", "is_string_or_null", "micros", "micros_series"]
+__all__ = [
+    "FastLine",
+    "decode_fast",
+    "facts_usable",
+    "is_string_or_null",
+    "micros",
+    "micros_series",
+]
 
 _I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 _COUNT = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
@@ -140,6 +148,19 @@ _FACTS_LINE = msgspec.json.Decoder(_FactsLine)
 _BODIES_LINE = msgspec.json.Decoder(_BodiesLine)
 _OTHER_LINE = msgspec.json.Decoder(_OtherFactsLine)
 _STR = msgspec.json.Decoder(str)
+
+
+def facts_usable(line: FastLine) -> bool:
+    """Whether a decoded line is read from its facts: they are of the version we know, and
+    the ``*_raw`` fields, when present, are strings or null (as the exact reader requires)."""
+    facts = line.ngcapture_facts
+    if facts is None or facts.v != FACTS_VERSION:
+        return False
+    raw = line.request_raw
+    if raw and not is_string_or_null(raw):
+        return False
+    raw = line.response_raw
+    return not raw or is_string_or_null(raw)
 
 
 def micros(seconds: float) -> int | None:

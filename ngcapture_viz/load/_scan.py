@@ -23,13 +23,16 @@ import polars as pl
 
 from capture_core import InvalidRecordError, paused_gc
 from capture_core._lines import TORN_REASON
-from capture_core.facts import FACTS_VERSION
 from ngcapture_viz.frames.calls import CallColumns
 from ngcapture_viz.frames.gaps import AnalysisGap, GapRows
 from ngcapture_viz.frames.tool_calls import ToolCallColumns
 from ngcapture_viz.load._decode import CallValues, FactsMismatch, LineDecoder, NotAnObject
 from ngcapture_viz.load._facts_rows import FactsRows
-from ngcapture_viz.load._line_types import FastLine, decode_fast, is_string_or_null
+from ngcapture_viz.load._line_types import (
+    FastLine,
+    decode_fast,
+    facts_usable,
+)
 
 __all__ = ["RACY_NS", "FileState", "FileTask", "ScanResult", "fingerprint", "is_racy", "scan_files"]
 
@@ -219,20 +222,62 @@ class _Scanner:
         )
         return state, len(content)
 
-    def _lines(  # noqa: PLR0915 - one loop over the lines, kept whole: it runs per line
-        self, task: FileTask, content: bytes, consumed: int
-    ) -> tuple[int, int]:
+    def _lines(self, task: FileTask, content: bytes, consumed: int) -> tuple[int, int]:
         """Read every line of ``content`` (the file's bytes from ``task.start``); returns the
         next ``call_index`` and line number after the consumed part."""
         # The fast decoders skip text that is not UTF-8, which the reference decoder refuses:
         # the lines of a file holding such bytes are checked one by one.
         suspect = not content.isascii() and not _utf8(content)
+        if not suspect and self.decoder.expect_facts:
+            done = self._whole_lines(task, content, consumed - task.start)
+            if done is not None:
+                return done
+        return self._each_line(task, content, consumed, suspect=suspect)
+
+    def _whole_lines(self, task: FileTask, content: bytes, complete: int) -> tuple[int, int] | None:
+        """The whole lines of a file our server wrote, each decoded by ``decode_fast`` and all
+        added at once; ``None`` (nothing added) when one of them is blank or would not be read
+        from its facts: then they are read one by one."""
+        find = content.find
+        ends = []
+        end = find(b"\n")
+        while 0 <= end < complete:
+            ends.append(end)
+            end = find(b"\n", end + 1)
+        if not ends:
+            return None
+        starts = [0, *(end + 1 for end in ends[:-1])]
+        view = memoryview(content)
+        try:
+            lines = [decode_fast(view[start:end]) for start, end in zip(starts, ends, strict=True)]
+        except (msgspec.DecodeError, RecursionError):
+            return None
+        if not all(map(facts_usable, lines)):
+            return None
+        base, index0, line0 = task.start, task.call_index, task.line
+        self.fast.extend(
+            lines,
+            task.rollout_id,
+            index0,
+            line0,
+            [base + start for start in starts],
+            [end - start for start, end in zip(starts, ends, strict=True)],
+            task.path,
+        )
+        self.decoder.counts["facts"] += len(lines)
+        count = len(lines)
+        tail = view[complete:]
+        if tail and bytes(tail).strip(_BLANK):  # a torn line or one still being written
+            self._read(task, tail, index0 + count, line0 + count, base + complete,
+                       unterminated=True)  # fmt: skip
+        return index0 + count, line0 + count
+
+    def _each_line(
+        self, task: FileTask, content: bytes, consumed: int, *, suspect: bool
+    ) -> tuple[int, int]:
+        """``_lines``, one line at a time."""
         view = memoryview(content)
         find = content.find
-        decoder = self.decoder
-        decode = decoder.decode
-        fast_rows = self.fast
-        path = task.path
         base, index0, line0 = task.start, task.call_index, task.line
         pos = 0
         number = 0
@@ -252,72 +297,76 @@ class _Scanner:
                     next_call_index = index + 1
                 line = view[pos:end]
                 exact = suspect and not _utf8(line)
-                if not exact and decoder.expect_facts:
-                    fast = _fast(line)
-                    if fast is not None:
-                        fast_rows.add(
-                            fast,
-                            task.rollout_id,
-                            index,
-                            line0 + number - 1,
-                            offset,
-                            end - pos,
-                            path,
-                        )
-                        decoder.counts["facts"] += 1
-                        call_index += 1
-                        if unterminated:
-                            break
-                        pos = end + 1
-                        continue
-                mismatch: FactsMismatch | None = None
-                try:
-                    values = decode(line, exact=exact)
-                except FactsMismatch as found:
-                    values, mismatch = found.values, found
-                except orjson.JSONDecodeError as exc:
-                    reason = TORN_REASON if unterminated else f"not valid JSON: {exc}"
-                    self._damage(task, reason, index, line0 + number - 1, offset)
-                except NotAnObject as exc:
-                    self._damage(task, str(exc), index, line0 + number - 1, offset)
-                except InvalidRecordError as exc:
-                    self._damage(task, exc.reason, index, line0 + number - 1, offset)
-                else:
-                    self._add(
-                        task,
-                        values,
-                        call_index=index,
-                        line_number=line0 + number - 1,
-                        offset=offset,
-                        length=end - pos,
-                    )
-                if mismatch is not None:
-                    self._add(
-                        task,
-                        mismatch.values,
-                        call_index=index,
-                        line_number=line0 + number - 1,
-                        offset=offset,
-                        length=end - pos,
-                    )
-                    self.damaged.add(
-                        AnalysisGap.FACTS_DIFFER,
-                        source="store",
-                        rollout_id=task.rollout_id,
-                        model_call_id=mismatch.values.model_call_id,
-                        call_index=index,
-                        detail="stored facts differ from the bodies in: "
-                        + ", ".join(mismatch.names),
-                        path=task.path,
-                        line_number=line0 + number - 1,
-                        byte_offset=offset,
-                    )
+                self._read(task, line, index, line0 + number - 1, offset,
+                           unterminated=unterminated, exact=exact)  # fmt: skip
                 call_index += 1
             if unterminated:
                 break
             pos = end + 1
         # The loop ran once per newline, and once more for what follows the last one.
         return max(next_call_index, index0), line0 + number - 1
+
+    def _read(
+        self,
+        task: FileTask,
+        line: memoryview,
+        index: int,
+        number: int,
+        offset: int,
+        *,
+        unterminated: bool,
+        exact: bool = False,
+    ) -> None:
+        """Read one non-blank line: from its facts into the columnar rows when it can be,
+        else with ``LineDecoder``."""
+        fast = _fast(line) if not exact and self.decoder.expect_facts else None
+        if fast is None:
+            self._line(task, line, index, number, offset, unterminated=unterminated, exact=exact)
+            return
+        self.fast.add(fast, task.rollout_id, index, number, offset, len(line), task.path)
+        self.decoder.counts["facts"] += 1
+
+    def _line(
+        self,
+        task: FileTask,
+        line: memoryview,
+        index: int,
+        number: int,
+        offset: int,
+        *,
+        unterminated: bool,
+        exact: bool = False,
+    ) -> None:
+        """Read one (non-blank) line with ``LineDecoder``: a row, a damaged line, or both."""
+        mismatch: FactsMismatch | None = None
+        try:
+            values = self.decoder.decode(line, exact=exact)
+        except FactsMismatch as found:
+            values, mismatch = found.values, found
+        except orjson.JSONDecodeError as exc:
+            reason = TORN_REASON if unterminated else f"not valid JSON: {exc}"
+            self._damage(task, reason, index, number, offset)
+        except NotAnObject as exc:
+            self._damage(task, str(exc), index, number, offset)
+        except InvalidRecordError as exc:
+            self._damage(task, exc.reason, index, number, offset)
+        else:
+            self._add(task, values, call_index=index, line_number=number, offset=offset,
+                      length=len(line))  # fmt: skip
+        if mismatch is not None:
+            self._add(task, mismatch.values, call_index=index, line_number=number,
+                      offset=offset, length=len(line))  # fmt: skip
+            self.damaged.add(
+                AnalysisGap.FACTS_DIFFER,
+                source="store",
+                rollout_id=task.rollout_id,
+                model_call_id=mismatch.values.model_call_id,
+                call_index=index,
+                detail="stored facts differ from the bodies in: " + ", ".join(mismatch.names),
+                path=task.path,
+                line_number=number,
+                byte_offset=offset,
+            )
 
     def _add(
         self,
@@ -360,16 +409,7 @@ def _fast(line: memoryview) -> FastLine | None:
         fast = decode_fast(line)
     except (msgspec.DecodeError, RecursionError):
         return None
-    facts = fast.ngcapture_facts
-    if facts is None or facts.v != FACTS_VERSION:
-        return None
-    raw = fast.request_raw
-    if raw and not is_string_or_null(raw):
-        return None
-    raw = fast.response_raw
-    if raw and not is_string_or_null(raw):
-        return None
-    return fast
+    return fast if facts_usable(fast) else None
 
 
 def _utf8(data: bytes | memoryview) -> bool:
