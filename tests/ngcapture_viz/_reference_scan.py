@@ -86,7 +86,7 @@ def fingerprint(fd: int, start: int, end: int) -> str:
 
 
 def _digest(data: bytes | memoryview) -> str:
-    return hashlib.blake2b(data, digest_size=12).hexdigest()
+    return hashlib.sha256(data).hexdigest()[:24]  # as the index hashes since issue 19
 
 
 def _fingerprint_read(fd: int, content: bytes, offset: int, start: int, end: int) -> str:
