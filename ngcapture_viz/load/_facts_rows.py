@@ -9,15 +9,18 @@ same arithmetic as ``frames.calls`` applies row by row (a test checks they are e
 
 from __future__ import annotations
 
-from itertools import repeat
+from collections.abc import Sequence
+from itertools import chain, repeat
 from typing import Any
 
+import msgspec
 import numpy as np
 import polars as pl
+from msgspec.structs import astuple
 
 from ngcapture_viz.frames.calls import CALLS, LENGTH_FINISH_REASONS
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS
-from ngcapture_viz.load._line_types import FastLine, micros_series
+from ngcapture_viz.load._line_types import FastLine, _Facts, _Tool, micros_series
 
 __all__ = ["FactsRows"]
 
@@ -78,41 +81,34 @@ class FactsRows:
 
     def frames(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """The ``calls`` and ``tool_calls`` rows (``run`` null, as ``CallColumns`` leaves it)."""
-        lines = self.lines
-        facts = [line.ngcapture_facts for line in lines]
-        refs = [line.model_ref for line in lines]
+        line = _columns(self.lines, FastLine)
+        facts = line["ngcapture_facts"]
+        fact = _columns(facts, _Facts)
+        refs = line["model_ref"]
         schema = CALLS.polars
         data: dict[str, Any] = {
             "rollout_id": self.rollout_ids,
             "call_index": self.call_indexes,
-            "model_call_id": [line.model_call_id for line in lines],
-            "response_id": [f.response_id for f in facts],  # type: ignore[union-attr]
+            "model_call_id": line["model_call_id"],
+            "response_id": fact["response_id"],
             "model_ref_type": [None if r is None else r.type for r in refs],
             "model_ref_name": [None if r is None else r.name for r in refs],
-            "model": [f.model for f in facts],  # type: ignore[union-attr]
-            "dialect": [line.dialect for line in lines],
-            "stream": [f.stream for f in facts],  # type: ignore[union-attr]
-            "status_code": [line.status_code for line in lines],
-            "response_status": [f.response_status for f in facts],  # type: ignore[union-attr]
-            "finish_reason": [f.finish_reason for f in facts],  # type: ignore[union-attr]
-            "started_at": [line.started_at for line in lines],
-            "completed_at": [line.completed_at for line in lines],
-            "latency_total_ms": [line.latency_ms for line in lines],
-            "latency_ttft_ms": [line.latency_ttft_ms for line in lines],
-            "tokens_in": [f.tokens_in for f in facts],  # type: ignore[union-attr]
-            "tokens_out": [f.tokens_out for f in facts],  # type: ignore[union-attr]
-            "tokens_reasoning": [f.tokens_reasoning for f in facts],  # type: ignore[union-attr]
-            "tokens_total": [f.tokens_total for f in facts],  # type: ignore[union-attr]
-            "cached_tokens": [f.cached_tokens for f in facts],  # type: ignore[union-attr]
-            "cache_creation_tokens": [
-                f.cache_creation_tokens  # type: ignore[union-attr]
-                for f in facts
-            ],
-            "num_tool_calls": [len(f.tool_calls) for f in facts],  # type: ignore[union-attr]
-            "reasoning_content": [f.reasoning_content for f in facts],  # type: ignore[union-attr]
-            "error_category": [line.error_category for line in lines],
-            "error_code": [f.error_code for f in facts],  # type: ignore[union-attr]
-            "error_message": [f.error_message for f in facts],  # type: ignore[union-attr]
+            "model": fact["model"],
+            "dialect": line["dialect"],
+            "stream": fact["stream"],
+            "status_code": line["status_code"],
+            "response_status": fact["response_status"],
+            "finish_reason": fact["finish_reason"],
+            "started_at": line["started_at"],
+            "completed_at": line["completed_at"],
+            "latency_total_ms": line["latency_ms"],
+            "latency_ttft_ms": line["latency_ttft_ms"],
+            **{name: fact[name] for name in _TOKENS},
+            "num_tool_calls": list(map(len, fact["tool_calls"])),
+            "reasoning_content": fact["reasoning_content"],
+            "error_category": line["error_category"],
+            "error_code": fact["error_code"],
+            "error_message": fact["error_message"],
             "line_number": self.line_numbers,
             "byte_offset": self.offsets,
             "line_bytes": self.lengths,
@@ -125,7 +121,8 @@ class FactsRows:
             )
             for name, values in data.items()
         }
-        series["tool_names"] = _tool_names(facts)
+        tools = _FlatTools(fact["tool_calls"])
+        series["tool_names"] = tools.names()
         series["started_at"] = micros_series(series["started_at"])
         series["completed_at"] = micros_series(series["completed_at"])
         frame = pl.DataFrame(list(series.values()))
@@ -147,31 +144,60 @@ class FactsRows:
             _rates(frame, stream),
         )
         calls = CALLS.conform(frame)
-        return calls, self._tools(facts)
+        return calls, self._tools(tools, series)
 
-    def _tools(self, facts: list[Any]) -> pl.DataFrame:
-        rows = [
-            (n, position, tool)
-            for n, f in enumerate(facts)
-            if f.tool_calls
-            for position, tool in enumerate(f.tool_calls)
-        ]
-        lines = self.lines
+    def _tools(self, tools: _FlatTools, series: dict[str, pl.Series]) -> pl.DataFrame:
+        rows = pl.Series(tools.rows)
+        tool = _columns(tools.flat, _Tool)
         data: dict[str, Any] = {
-            "rollout_id": [self.rollout_ids[n] for n, _, _ in rows],
-            "model_call_id": [lines[n].model_call_id for n, _, _ in rows],
-            "call_index": [self.call_indexes[n] for n, _, _ in rows],
-            "tool_index": [position for _, position, _ in rows],
-            "choice_index": [tool.choice_index for _, _, tool in rows],
-            "call_id": [tool.call_id for _, _, tool in rows],
-            "type": [tool.type for _, _, tool in rows],
-            "name": [tool.name for _, _, tool in rows],
-            "arguments": [tool.arguments for _, _, tool in rows],
-            "arguments_raw": [tool.arguments_raw for _, _, tool in rows],
-            "arguments_parse_error": [tool.arguments_parse_error for _, _, tool in rows],
-            "source": ["store"] * len(rows),
+            "rollout_id": series["rollout_id"].gather(rows),
+            "model_call_id": series["model_call_id"].gather(rows),
+            "call_index": series["call_index"].gather(rows),
+            "tool_index": tools.positions,
+            **{name: tool[name] for name in _TOOL_FIELDS},
+            "source": ["store"] * len(tools.flat),
         }
         return TOOL_CALLS.from_columns(data)
+
+
+class _FlatTools:
+    """The tool calls of every row in one list, with the row and position of each."""
+
+    def __init__(self, per_row: Sequence[list[_Tool]]) -> None:
+        counts = np.fromiter(map(len, per_row), dtype=np.int64, count=len(per_row))
+        self.count = len(per_row)
+        self.flat: list[_Tool] = list(chain.from_iterable(per_row))
+        self.rows = np.repeat(np.arange(len(per_row), dtype=np.int64), counts)
+        firsts = np.repeat(np.cumsum(counts) - counts, counts)
+        self.positions = np.arange(len(self.flat), dtype=np.int64) - firsts
+
+    def names(self) -> pl.Series:
+        """``tool_names`` (building a List column row by row is slow)."""
+        grouped = (
+            pl.DataFrame(
+                {"row": self.rows, "name": [tool.name for tool in self.flat]},
+                schema={"row": pl.Int64(), "name": pl.String()},
+            )
+            .group_by("row", maintain_order=True)
+            .agg("name")
+        )
+        every = pl.DataFrame({"row": pl.int_range(self.count, eager=True, dtype=pl.Int64)})
+        joined = every.join(grouped, on="row", how="left", maintain_order="left")
+        return joined["name"].fill_null([]).cast(pl.List(pl.String())).alias("tool_names")
+
+
+_TOOL_FIELDS = ("choice_index", "call_id", "type", "name", "arguments", "arguments_raw",
+                "arguments_parse_error")  # fmt: skip
+_TOKENS = ("tokens_in", "tokens_out", "tokens_reasoning", "tokens_total", "cached_tokens",
+           "cache_creation_tokens")  # fmt: skip
+
+
+def _columns(items: Sequence[Any], kind: type[msgspec.Struct]) -> dict[str, Sequence[Any]]:
+    """The fields of ``items`` (structs of type ``kind``) as columns, transposed in C."""
+    names = kind.__struct_fields__
+    if not items:
+        return dict.fromkeys(names, ())
+    return dict(zip(names, zip(*map(astuple, items), strict=True), strict=True))
 
 
 def _rates(frame: pl.DataFrame, stream: pl.Series) -> pl.Series:
@@ -193,17 +219,3 @@ def _rates(frame: pl.DataFrame, stream: pl.Series) -> pl.Series:
         | ~(seconds > 0)
     )
     return pl.Series("output_tokens_per_s", rates, dtype=pl.Float64).set(pl.Series(unknown), None)
-
-
-def _tool_names(facts: list[Any]) -> pl.Series:
-    """``tool_names`` from flat lists (building a List column row by row is slow)."""
-    rows = [n for n, f in enumerate(facts) if f.tool_calls for _ in f.tool_calls]
-    names = [tool.name for f in facts if f.tool_calls for tool in f.tool_calls]
-    grouped = (
-        pl.DataFrame({"row": rows, "name": names}, schema={"row": pl.Int64(), "name": pl.String()})
-        .group_by("row", maintain_order=True)
-        .agg("name")
-    )
-    every = pl.DataFrame({"row": pl.int_range(len(facts), eager=True, dtype=pl.Int64)})
-    joined = every.join(grouped, on="row", how="left", maintain_order="left")
-    return joined["name"].fill_null([]).cast(pl.List(pl.String())).alias("tool_names")
