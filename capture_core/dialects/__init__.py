@@ -30,6 +30,7 @@ __all__ = [
     "dialect_for_path",
     "extract_response",
     "get_dialect",
+    "reassemble_events",
     "reassemble_stream",
     "token_stats",
 ]
@@ -123,8 +124,13 @@ def reassemble_stream(dialect: str, body: bytes | str) -> StreamReassembly:
     A stream without its terminal event keeps whatever could be rebuilt (``terminal`` is then
     ``None``); a body with no usable event gives ``response=None``.
     """
+    return reassemble_events(dialect, parse_sse(body))
+
+
+def reassemble_events(dialect: str, events: list[SSEEvent]) -> StreamReassembly:
+    """:func:`reassemble_stream` from the stream's events, parsed already (e.g. by a
+    :class:`TerminalDetector` that kept them while the stream passed)."""
     spec = get_dialect(dialect)
-    events = parse_sse(body)
     terminal: TerminalKind | None = None
     for event in events:
         terminal = spec.terminal_kind(event)
@@ -137,30 +143,39 @@ def reassemble_stream(dialect: str, body: bytes | str) -> StreamReassembly:
 class TerminalDetector:
     """Watches a stream chunk by chunk and reports its first terminal event.
 
+    With ``keep_events``, every event of the stream is kept in :attr:`events` (also those
+    after the terminal one), so the stream need not be parsed again to be rebuilt
+    (:func:`reassemble_events` gives what :func:`reassemble_stream` gives on the whole body).
+
     Example:
         >>> detector = TerminalDetector("chat")
         >>> detector.feed(b"data: {}\\n\\ndata: [DONE]\\n\\n")
         'complete'
     """
 
-    def __init__(self, dialect: str) -> None:
+    def __init__(self, dialect: str, *, keep_events: bool = False) -> None:
         self._kind = get_dialect(dialect).terminal_kind
         self._parser = SSEParser()
         self.terminal: TerminalKind | None = None
+        self.events: list[SSEEvent] | None = [] if keep_events else None
 
     def feed(self, chunk: bytes) -> TerminalKind | None:
         """Feed one chunk; returns the terminal kind once seen (and keeps returning it)."""
-        if self.terminal is None:
+        if self.events is not None or self.terminal is None:
             self._scan(self._parser.feed(chunk))
         return self.terminal
 
     def close(self) -> TerminalKind | None:
         """End of stream: a final block without its blank line is considered too."""
-        if self.terminal is None:
+        if self.events is not None or self.terminal is None:
             self._scan(self._parser.close())
         return self.terminal
 
     def _scan(self, events: list[SSEEvent]) -> None:
+        if self.events is not None:
+            self.events.extend(events)
+            if self.terminal is not None:
+                return
         for event in events:
             kind = self._kind(event)
             if kind is not None:

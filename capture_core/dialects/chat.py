@@ -126,13 +126,17 @@ class _Choice:
 
     def apply(self, choice: Mapping[str, Any]) -> None:
         delta = choice.get("delta")
-        if isinstance(delta, Mapping):
+        if type(delta) is dict or isinstance(delta, Mapping):
             self._delta(delta)
         reason = choice.get("finish_reason")
         if isinstance(reason, str) and reason:
             self.finish_reason = reason
         logprobs = choice.get("logprobs")
-        if isinstance(logprobs, Mapping) and isinstance(logprobs.get("content"), list):
+        if (
+            logprobs is not None
+            and isinstance(logprobs, Mapping)
+            and isinstance(logprobs.get("content"), list)
+        ):
             self.logprobs.extend(logprobs["content"])
 
     def _delta(self, delta: Mapping[str, Any]) -> None:
@@ -150,7 +154,7 @@ class _Choice:
                 break
         calls = delta.get("tool_calls")
         for call in calls if isinstance(calls, list) else ():
-            if isinstance(call, Mapping):
+            if type(call) is dict or isinstance(call, Mapping):
                 self._tool_fragment(call)
 
     def _slot_index(self, call: Mapping[str, Any]) -> int:
@@ -213,17 +217,18 @@ def reassemble(events: Iterable[SSEEvent]) -> dict[str, Any] | None:
     choices: dict[int, _Choice] = {}
     for event in events:
         payload = event.json()
-        if not isinstance(payload, Mapping):
+        if type(payload) is not dict and not isinstance(payload, Mapping):
             continue
         for key in _TOP_KEYS:
             if payload.get(key) not in (None, ""):
                 top[key] = payload[key]
         for key in ("usage", "error"):
-            if isinstance(payload.get(key), Mapping | str) and payload[key]:
-                top[key] = payload[key]
+            value = payload.get(key)
+            if value and isinstance(value, Mapping | str):
+                top[key] = value
         raw_choices = payload.get("choices")
         for choice in raw_choices if isinstance(raw_choices, list) else ():
-            if isinstance(choice, Mapping):
+            if type(choice) is dict or isinstance(choice, Mapping):
                 index = choice.get("index")
                 index = index if type(index) is int else 0
                 choices.setdefault(index, _Choice()).apply(choice)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -30,6 +29,7 @@ from capture_core.server.screening import FORWARDED_METHODS, limit_body, path_hi
 from capture_core.server.settings import CaptureSettings
 from capture_core.server.token_capture import ServerTokenCapture
 from capture_core.server.training import TrainingGate
+from capture_core.server.write_threads import WriteThreads
 from capture_core.store import CaptureStore
 from capture_core.store_id import ensure_store_id
 from capture_core.writers import CaptureWriter
@@ -67,9 +67,7 @@ class CaptureApp:
         # This process as a writer of the directory: live lock, failure log, marker directory.
         self.writer = CaptureWriter(directory) if directory is not None else None
         self.executor = (
-            ThreadPoolExecutor(WRITER_THREADS, thread_name_prefix="ngcapture-write")
-            if directory is not None
-            else None
+            WriteThreads(WRITER_THREADS, name="ngcapture-write") if directory is not None else None
         )
         self.large_lines = LargeLines() if directory is not None else None
         self.counters = CaptureCounters()
@@ -207,7 +205,7 @@ class CaptureApp:
     def close(self) -> None:
         """Release the writer registration and the write threads (after the last write)."""
         if self.executor is not None:
-            self.executor.shutdown(wait=True)
+            self.executor.shutdown()
         if self.large_lines is not None:
             self.large_lines.close()
         if self.writer is not None:

@@ -168,7 +168,8 @@ class CapturedCall:
                 elif lower == b"content-encoding":
                     exchange.content_encoding = value.decode("latin-1").strip().lower()
             if exchange.streaming:
-                self.detector = TerminalDetector(exchange.dialect)
+                # It keeps the events it parses: the line is rebuilt from them.
+                self.detector = TerminalDetector(exchange.dialect, keep_events=True)
                 self._start_decoding()
             return False
         if kind != "http.response.body":
@@ -179,7 +180,7 @@ class CapturedCall:
                 exchange.ttft_ms = round((time.perf_counter() - self.t0) * 1000, 2)
             exchange.response_chunks.append(body)
             text = self._decode(body) if self.decoder is not None else body
-            if self.detector is not None and not self.holding and text:
+            if self.detector is not None and text:
                 self.holding = self.detector.feed(text) is not None
         if not message.get("more_body", False):
             self.done = True
@@ -217,15 +218,22 @@ class CapturedCall:
         exchange.transport_error = state.get(TRANSPORT_ERROR_KEY)
         if state.get(CLIENT_GONE_KEY) and not self.done:
             exchange.client_disconnected = True
-        if self.detector is not None:
-            exchange.terminal = self.detector.close()
         if self.decoder is not None and exchange.decoded_chunks is not None:
             try:
-                exchange.decoded_chunks.append(self.decoder.flush())
+                tail = self.decoder.flush()
             except DecodeError as exc:
                 if not (exchange.client_disconnected or exchange.transport_error):
                     exchange.decode_error = str(exc)  # a whole stream that does not decode
                     exchange.decoded_chunks = None
+            else:
+                exchange.decoded_chunks.append(tail)
+                if self.detector is not None and tail:
+                    self.detector.feed(tail)
+        if self.detector is not None:
+            exchange.terminal = self.detector.close()
+            # Every byte of the body went through it: its events are the whole stream.
+            if exchange.decode_error is None:
+                exchange.events = self.detector.events
 
     def _mark(self) -> None:
         writer = self.owner.writer
@@ -237,8 +245,12 @@ class CapturedCall:
         _guard(lambda: mark_pending(self.store.root, self.rollout_id, call_id), "mark it pending")
 
     def _start_write(self, failure: BaseException | None) -> asyncio.Future[int | None]:
-        loop = asyncio.get_running_loop()
-        write = loop.run_in_executor(self.owner.executor, self._write, failure)
+        threads = self.owner.executor
+        write = (
+            threads.run(self._write, failure)
+            if threads is not None
+            else asyncio.get_running_loop().run_in_executor(None, self._write, failure)
+        )
         write.add_done_callback(self._count)
         return write
 
@@ -267,7 +279,9 @@ class CapturedCall:
         try:
             if large is not None and self.exchange.size >= LARGE_LINE_BYTES:
                 # Parsing and encoding tens of MiB holds the GIL for a fifth of a second:
-                # done in another process, so the other calls do not wait for it.
+                # done in another process, so the other calls do not wait for it (which
+                # parses the stream again rather than receive its events pickled).
+                self.exchange.events = None
                 written = large.write(self.store, self.rollout_id, self.exchange, category)
             else:
                 written = self._append(self.exchange, category)

@@ -18,11 +18,18 @@ from typing import Any
 
 import orjson
 
-from capture_core.dialects import ResponseFacts, TerminalKind, extract_response, reassemble_stream
+from capture_core.dialects import (
+    ResponseFacts,
+    TerminalKind,
+    extract_response,
+    reassemble_events,
+    reassemble_stream,
+)
 from capture_core.facts import FACTS_KEY, line_facts
 from capture_core.outcome import classify_outcome
 from capture_core.records import ErrorCategory
 from capture_core.server.decoding import DecodeError, decode_body
+from capture_core.sse import SSEEvent
 
 __all__ = ["Exchange"]
 
@@ -88,6 +95,9 @@ class Exchange:
     content_encoding: str | None = None
     decode_error: str | None = None
     terminal: TerminalKind | None = None
+    events: list[SSEEvent] | None = None
+    """The stream's events as parsed while it passed (the whole response body, decoded), so
+    the line need not parse it again; ``None``: parse the body."""
     transport_error: str | None = None
     client_disconnected: bool = False
     completed_at: float | None = None
@@ -131,7 +141,11 @@ class Exchange:
         if self.decode_error is not None:
             pass  # the record keeps the bytes as they came; nothing to read them as
         elif self.streaming:
-            rebuilt = reassemble_stream(self.dialect, response_body)
+            rebuilt = (
+                reassemble_events(self.dialect, self.events)
+                if self.events is not None
+                else reassemble_stream(self.dialect, response_body)
+            )
             response = response_object = rebuilt.response if objects else None
             terminal = terminal or rebuilt.terminal
         else:

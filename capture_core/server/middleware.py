@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import Executor
 from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -22,6 +21,7 @@ from capture_core.server.logs import RateLimitedLogger
 from capture_core.server.proxy import PREFIX_KEY
 from capture_core.server.routing import route_path
 from capture_core.server.training import TRAINING_ROUTE_KEY
+from capture_core.server.write_threads import WriteThreads
 from capture_core.store import CaptureStore
 from capture_core.writers import CaptureWriter
 
@@ -45,7 +45,8 @@ class CaptureMiddleware:
         writer: this process's registration in the capture directory (pending markers named
             for it, its failure log); without one, markers carry no writer and failures are
             only logged and counted.
-        executor: where lines are written (default: the event loop's default executor).
+        executor: the threads lines are written on (default: the event loop's default
+            executor).
         large_lines: where lines of calls over :data:`LARGE_LINE_BYTES` are built and written
             (another process); without it they are written like the others.
     """
@@ -58,7 +59,7 @@ class CaptureMiddleware:
         model_server_name: str | None,
         counters: CaptureCounters,
         writer: CaptureWriter | None = None,
-        executor: Executor | None = None,
+        executor: WriteThreads | None = None,
         large_lines: LargeLines | None = None,
     ) -> None:
         self.app = app

@@ -21,6 +21,7 @@ from capture_core import (
     parse_sse,
     reassemble_stream,
 )
+from capture_core.dialects import reassemble_events
 from capture_core.testing import Answer, ToolCallSpec, capture_line, response_stream
 
 DIALECTS = st.sampled_from(["responses", "chat", "messages"])
@@ -72,11 +73,16 @@ def test_any_chunking_gives_the_same_events_and_reassembly(
     body = response_stream(dialect, answer, terminal=terminal)
     whole = parse_sse(body)
     parser, detector, events = SSEParser(), TerminalDetector(dialect), []
+    keeper = TerminalDetector(dialect, keep_events=True)  # as the capture server uses it
     for piece in chunked(body, cuts):
         events.extend(parser.feed(piece))
         detector.feed(piece)
+        keeper.feed(piece)
     events.extend(parser.close())
     assert events == whole
+    assert keeper.close() == detector.close()
+    assert keeper.events == whole
+    assert reassemble_events(dialect, keeper.events) == reassemble_stream(dialect, body)
     spec = get_dialect(dialect)
     assert spec.reassemble(events) == spec.reassemble(whole)
     rebuilt = reassemble_stream(dialect, body)
@@ -94,6 +100,12 @@ def test_any_chunking_gives_the_same_events_and_reassembly(
 @given(dialect=DIALECTS, data=st.binary(max_size=400))
 def test_arbitrary_bytes_never_raise_out_of_reassembly(dialect: str, data: bytes) -> None:
     rebuilt = reassemble_stream(dialect, data)
+    keeper = TerminalDetector(dialect, keep_events=True)
+    for piece in chunked(data, [7, 31, 100]):
+        keeper.feed(piece)
+    keeper.close()
+    assert keeper.events is not None
+    assert reassemble_events(dialect, keeper.events) == rebuilt
     assert rebuilt.response is None or isinstance(rebuilt.response, dict)
     extract_response(dialect, rebuilt.response)
 
