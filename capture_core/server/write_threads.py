@@ -8,10 +8,10 @@ one through two more callbacks. A call held until its line is durable pays that 
 ran it resolves the caller's asyncio future with one ``call_soon_threadsafe``: about 20 µs for
 both hand-offs (``python -m benchmarks --only proxy`` shows what it does per call).
 
-Semantics are the executor's: jobs run in the order queued, on up to ``threads`` threads
-started as work arrives; a job whose future was cancelled meanwhile still runs (a capture line
-must land even when its request was cancelled) and its result is dropped; ``shutdown`` lets
-queued jobs finish.
+Semantics are the executor's: jobs run in the order queued, on up to ``threads`` threads (one
+more started with each job until there are that many); a job whose future was cancelled
+meanwhile still runs (a capture line must land even when its request was cancelled) and its
+result is dropped; ``shutdown`` lets queued jobs finish.
 """
 
 from __future__ import annotations
@@ -58,7 +58,6 @@ class WriteThreads:
         self._name = name
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
-        self._idle = threading.Semaphore(0)
         self._lock = threading.Lock()
         self._closed = False
 
@@ -73,8 +72,9 @@ class WriteThreads:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._jobs.put((loop, future, fn, args))
-        # An idle thread takes it; otherwise start one more, up to the limit.
-        if not self._idle.acquire(blocking=False) and len(self._threads) < self._max:
+        # One more thread with each job until the limit: an idle thread costs only its stack,
+        # and counting idle ones (a semaphore) would cost every call more than it saves.
+        if len(self._threads) < self._max:
             self._start()
         return future
 
@@ -101,7 +101,6 @@ class WriteThreads:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_resolve, future, result, error)
             del job, future, result, error
-            self._idle.release()
 
     def shutdown(self, *, wait: bool = True) -> None:
         """Stop taking jobs; the queued ones still run. ``wait``: join the threads."""

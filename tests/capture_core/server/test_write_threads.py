@@ -54,7 +54,7 @@ def test_a_cancelled_job_still_runs_and_its_result_is_dropped() -> None:
     assert ran.is_set()
 
 
-def test_threads_grow_with_work_up_to_the_limit() -> None:
+def test_threads_grow_with_jobs_up_to_the_limit() -> None:
     pool = WriteThreads(3, name="t")
     running = 0
     most = 0
