@@ -136,6 +136,41 @@ def scan_files(tasks: list[FileTask], *, verify: bool = False) -> ScanResult:
         return scanner.result()
 
 
+@dataclass(frozen=True, slots=True)
+class _FileBytes:
+    """A file's bytes from the task's start, and what its state records of them."""
+
+    content: bytes
+    consumed: int
+    mtime_ns: int
+    inode: int
+    head: str
+    tail: str
+    full: str | None
+
+
+def _read_file(task: FileTask) -> _FileBytes:
+    start = task.start
+    fd = os.open(task.path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        stat = os.fstat(fd)
+        size = stat.st_size
+        content = os.pread(fd, max(0, size - start), start) if size > start else b""
+        consumed = start + content.rfind(b"\n") + 1
+        head = _fingerprint_read(fd, content, start, 0, min(_PROBE, consumed))
+        # Up to _PROBE bytes, the head, the tail and the whole are one range: hashed once.
+        small = consumed <= _PROBE
+        tail = head if small else _fingerprint_read(fd, content, start, consumed - _PROBE, consumed)
+        # A file modified close to the scan may be rewritten again within the same mtime
+        # tick (same size, same mtime): keep a hash of all of it so the next refresh can tell.
+        full = None
+        if is_racy(stat.st_mtime_ns, task.scan_ns):
+            full = head if small else _fingerprint_read(fd, content, start, 0, consumed)
+    finally:
+        os.close(fd)
+    return _FileBytes(content, consumed, stat.st_mtime_ns, stat.st_ino, head, tail, full)
+
+
 class _Scanner:
     def __init__(self, *, verify: bool) -> None:
         self.decoder = LineDecoder(verify=verify)
@@ -151,7 +186,7 @@ class _Scanner:
 
     def scan(self, task: FileTask) -> None:
         try:
-            state, size = self._scan_one(task)
+            state, size = self._scan_one(task, _read_file(task))
         except OSError as exc:
             self.unreadable.append((task.name, f"{type(exc).__name__}: {exc.strerror or exc}"))
             return
@@ -182,45 +217,22 @@ class _Scanner:
             decoded=dict(self.decoder.counts),
         )
 
-    def _scan_one(self, task: FileTask) -> tuple[FileState, int]:
-        start = task.start
-        fd = os.open(task.path, os.O_RDONLY | os.O_NOFOLLOW)
-        try:
-            stat = os.fstat(fd)
-            size = stat.st_size
-            content = os.pread(fd, max(0, size - start), start) if size > start else b""
-            end = start + len(content)
-            last_newline = content.rfind(b"\n")
-            consumed = start + last_newline + 1
-            head = _fingerprint_read(fd, content, start, 0, min(_PROBE, consumed))
-            # Up to _PROBE bytes, the head, the tail and the whole are one range: hashed once.
-            small = consumed <= _PROBE
-            tail = (
-                head
-                if small
-                else _fingerprint_read(fd, content, start, consumed - _PROBE, consumed)
-            )
-            # A file modified close to the scan may be rewritten again within the same mtime
-            # tick (same size, same mtime): keep a hash of all of it so the next refresh can tell.
-            full = None
-            if is_racy(stat.st_mtime_ns, task.scan_ns):
-                full = head if small else _fingerprint_read(fd, content, start, 0, consumed)
-        finally:
-            os.close(fd)
-        next_call_index, next_line = self._lines(task, content, consumed)
+    def _scan_one(self, task: FileTask, read: _FileBytes) -> tuple[FileState, int]:
+        content = read.content
+        next_call_index, next_line = self._lines(task, content, read.consumed)
         state = FileState(
             name=task.name,
             rollout_id=task.rollout_id,
-            size=end,
-            mtime_ns=stat.st_mtime_ns,
-            inode=stat.st_ino,
-            consumed=consumed,
+            size=task.start + len(content),
+            mtime_ns=read.mtime_ns,
+            inode=read.inode,
+            consumed=read.consumed,
             next_call_index=next_call_index,
             next_line=next_line,
-            head_hash=head,
-            tail_hash=tail,
+            head_hash=read.head,
+            tail_hash=read.tail,
             scanned_ns=task.scan_ns,
-            full_hash=full,
+            full_hash=read.full,
         )
         return state, len(content)
 
