@@ -148,6 +148,37 @@ def test_the_corner_lines_give_todays_rows_and_damage(tmp_path: Path) -> None:
     _assert_same(tmp_path, verify=True)
 
 
+def test_whole_files_and_files_read_line_by_line_give_todays_rows(tmp_path: Path) -> None:
+    """A file whose every line is read from its facts is decoded in one pass; one line that
+    cannot be (blank, without facts, torn...) sends the file line by line: the same rows."""
+    good = _lines(20, 12, facts=True)
+    first = orjson.loads(good[0])
+    facts_first = orjson.dumps({FACTS_KEY: first.pop(FACTS_KEY), **first})
+    with_request = [orjson.loads(line) for line in _lines(21, 40, facts=False)]
+    planted = next(line for line in with_request if isinstance(line["request"], dict))
+    # A client's request holding a key of that name is a body, not the line's facts.
+    planted["request"][FACTS_KEY] = {"v": FACTS_VERSION, "tokens_in": 12_345, "model": "x"}
+    nested = orjson.dumps(planted)
+    planted_too = dict(orjson.loads(good[3]))
+    planted_too["request"] = {**(planted_too["request"] or {}), FACTS_KEY: {"v": 1}}
+    _write(tmp_path, {
+        "0-0": good[:4],
+        "0-1": [good[4], facts_first, good[5]],  # facts not the last key
+        "0-2": [good[6], nested],  # no facts of its own: read from the bodies
+        "0-3": [good[7], orjson.dumps(planted_too)],  # facts last, a nested key before them
+        "0-4": [good[8], b"", good[9]],  # a blank line
+        "0-5": [good[10], _lines(22, 1, facts=False)[0]],  # another writer's line
+        "0-6": [good[11], good[0]],
+    })  # fmt: skip
+    _write(tmp_path, {"1-0": [good[1], good[2][:-30]], "1-1": [good[1], good[2]]}, torn=True)
+    result = _assert_same(tmp_path)
+    assert result.decoded == {"facts": 18, "bodies": 2, "exact": 1}  # exact: the torn tail
+    row = result.calls.filter(pl.col("model_call_id") == planted["model_call_id"])
+    assert row["tokens_in"].item() != 12_345
+    assert result.damaged["code"].cast(str).to_list() == ["capture_line_damaged"]  # 1-0's tail
+    _assert_same(tmp_path, verify=True)
+
+
 def _mutate(line: bytes, rng: random.Random) -> bytes:
     kind = rng.randrange(7)
     at = rng.randrange(len(line))
