@@ -59,6 +59,9 @@ class Lab:
         return f"{self.url}/lab/tree/{name}?reset&token={self.token}"
 
 
+PORT_ATTEMPTS = 3
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -101,7 +104,7 @@ def running_lab(
         (labconfig / "page_config.json").write_text(
             json.dumps({"disabledExtensions": dict.fromkeys(disabled_extensions, True)})
         )
-    port, token = _free_port(), secrets.token_hex(16)
+    token = secrets.token_hex(16)
     env = {
         **os.environ,
         "NGCAPTURE_REPO": str(REPO),
@@ -122,7 +125,6 @@ def running_lab(
         "--no-browser",
         "--allow-root",  # CI runs as root
         "--ServerApp.ip=127.0.0.1",
-        f"--ServerApp.port={port}",
         "--ServerApp.port_retries=0",
         f"--IdentityProvider.token={token}",
         f"--ServerApp.root_dir={work}",
@@ -137,19 +139,41 @@ def running_lab(
             "--LabApp.news_url=",
             "--LabApp.extension_manager=readonly",
         ]
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
-    lab = Lab(f"http://127.0.0.1:{port}", token, work, process, log, app)
+    lab = _start(command, env, log, token, work, app)
     try:
-        _wait_until_up(lab)
         yield lab
     finally:
-        process.terminate()
+        lab.process.terminate()
         try:
-            process.wait(timeout=20)
+            lab.process.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=20)
+            lab.process.kill()
+            lab.process.wait(timeout=20)
+
+
+def _start(
+    command: list[str], env: dict[str, str], log: Path, token: str, work: Path, app: str
+) -> Lab:
+    """Start the server on a free port; another process may take the port between our probe
+    and the server's bind, so a server that exits saying so is started again on a new one."""
+    for attempt in range(PORT_ATTEMPTS):
+        port = _free_port()
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [*command, f"--ServerApp.port={port}"], env=env, stdout=out, stderr=out
+            )
+        lab = Lab(f"http://127.0.0.1:{port}", token, work, process, log, app)
+        try:
+            _wait_until_up(lab)
+        except RuntimeError:
+            taken = process.poll() is not None and "already in use" in log.read_text()
+            if not taken or attempt == PORT_ATTEMPTS - 1:
+                process.kill()
+                process.wait(timeout=20)
+                raise
+            continue
+        return lab
+    raise AssertionError("unreachable")
 
 
 def _wait_until_up(lab: Lab) -> None:
