@@ -17,7 +17,7 @@ from typing import Any, Final
 import plotly.graph_objects as go
 import polars as pl
 
-from ngcapture_viz.display.figure import Figure
+from ngcapture_viz.figures._validation import new_figure, trace
 from ngcapture_viz.interop import accepts_pandas
 from ngcapture_viz.stats import THROUGHPUT_SCHEMA
 
@@ -49,7 +49,7 @@ def throughput_figure(table: pl.DataFrame, by: Sequence[str]) -> go.Figure:
     lying bars from ``HORIZONTAL_FROM`` groups on."""
     horizontal = table.height >= HORIZONTAL_FROM
     labels = _labels_with_coverage(table, by, horizontal=horizontal)
-    fig = Figure()
+    fig = new_figure()
     for name in ("p50", "p95"):
         fig.add_trace(
             _bar(
@@ -61,7 +61,9 @@ def throughput_figure(table: pl.DataFrame, by: Sequence[str]) -> go.Figure:
                 hovertemplate=_hover(name, "tokens/s", horizontal=horizontal),
             )
         )
-    fig.update_layout(title="Output tokens per second; coverage under each group", barmode="group")
+    fig.update_layout(
+        title={"text": "Output tokens per second; coverage under each group"}, barmode="group"
+    )
     _value_axis(fig, "tokens / s", horizontal=horizontal)
     if horizontal:
         fig.update_layout(height=_lying_height(table.height, 2, panels=1))
@@ -70,8 +72,8 @@ def throughput_figure(table: pl.DataFrame, by: Sequence[str]) -> go.Figure:
 
 def _bar(labels: list[str], values: list[Any], *, horizontal: bool, **style: Any) -> go.Bar:
     if horizontal:
-        return go.Bar(x=values, y=labels, orientation="h", **style)
-    return go.Bar(x=labels, y=values, orientation="v", **style)  # explicit: widgets switch
+        return trace(go.Bar, x=values, y=labels, orientation="h", **style)
+    return trace(go.Bar, x=labels, y=values, orientation="v", **style)  # explicit: widgets switch
 
 
 def _hover(name: str, unit: str, *, horizontal: bool) -> str:

@@ -18,9 +18,8 @@ from typing import Final
 
 import plotly.graph_objects as go
 import polars as pl
-from plotly.subplots import make_subplots
 
-from ngcapture_viz.display.figure import Figure
+from ngcapture_viz.figures._validation import subplots, trace
 from ngcapture_viz.figures.bars import group_labels
 from ngcapture_viz.figures.style import DASHES, run_colors
 from ngcapture_viz.interop import accepts_pandas
@@ -63,8 +62,7 @@ def latency_figure(
     Traces, per panel and group in table order: the curve (when ``distribution`` is given),
     then the marks (``x`` = p50, p90, p95, p99; ``y`` = 0.5, 0.9, 0.95, 0.99).
     """
-    fig = make_subplots(
-        figure=Figure(),
+    fig = subplots(
         rows=2,
         cols=1,
         subplot_titles=[_PANEL_TITLES[m] for m in LATENCY_METRICS],
@@ -90,7 +88,8 @@ def latency_figure(
                 ys = curve[1] if curve else []
                 values += [x for x in xs if x is not None]
                 fig.add_trace(
-                    go.Scatter(
+                    trace(
+                        go.Scatter,
                         x=xs,
                         y=ys,
                         mode="lines",
@@ -108,7 +107,8 @@ def latency_figure(
             marks = [group[p] for p in PERCENTILES]
             values += [x for x in marks if x is not None]
             fig.add_trace(
-                go.Scatter(
+                trace(
+                    go.Scatter,
                     x=marks,
                     y=list(PERCENTILES.values()),
                     mode="markers",

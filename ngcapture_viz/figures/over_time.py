@@ -17,9 +17,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 import polars as pl
-from plotly.subplots import make_subplots
 
-from ngcapture_viz.display.figure import Figure
+from ngcapture_viz.figures._validation import new_figure, subplots, trace
 from ngcapture_viz.figures.bars import COVERAGE_HOVER
 from ngcapture_viz.figures.style import run_colors
 from ngcapture_viz.interop import accepts_pandas
@@ -53,8 +52,7 @@ def calls_over_time_figure(
         runs: run labels, in order (one trace each in both panels, even when empty).
         interval: the table's bucket width (``"1s"``...): buckets without calls become gaps.
     """
-    fig = make_subplots(
-        figure=Figure(),
+    fig = subplots(
         rows=2,
         cols=1,
         shared_xaxes=True,
@@ -66,7 +64,8 @@ def calls_over_time_figure(
         rows = with_gaps(table.filter(pl.col("run") == run).drop("run"), interval)
         x = rows["bucket"].to_list()
         fig.add_trace(
-            go.Scatter(
+            trace(
+                go.Scatter,
                 x=x,
                 y=rows["calls"].to_list(),
                 name=run,
@@ -79,7 +78,8 @@ def calls_over_time_figure(
             col=1,
         )
         fig.add_trace(
-            go.Scatter(
+            trace(
+                go.Scatter,
                 x=x,
                 y=rows["tokens_total"].to_list(),
                 name=run,
@@ -115,14 +115,15 @@ def calls_over_time_figure(
 def error_figure(table: pl.DataFrame, runs: Sequence[str]) -> go.Figure:
     """Share of each run's calls that failed, by error category (``stats.error_rates``)."""
     categories = [ANY_ERROR, *sorted(set(table["error_category"]) - {ANY_ERROR})]
-    fig = Figure()
+    fig = new_figure()
     colors = run_colors(runs)
     for run in runs:
         rows = table.filter(pl.col("run").cast(pl.String) == run)
         by_category = {r["error_category"]: r for r in rows.iter_rows(named=True)}
         present = [c for c in categories if c in by_category]
         fig.add_trace(
-            go.Bar(
+            trace(
+                go.Bar,
                 x=present,
                 y=[by_category[c]["rate"] for c in present],
                 name=run,

@@ -18,9 +18,8 @@ from typing import Final
 
 import plotly.graph_objects as go
 import polars as pl
-from plotly.subplots import make_subplots
 
-from ngcapture_viz.display.figure import Figure
+from ngcapture_viz.figures._validation import subplots, trace
 from ngcapture_viz.figures.style import array, run_colors
 from ngcapture_viz.frames.rollouts import ROLLOUTS
 from ngcapture_viz.interop import accepts_pandas
@@ -62,8 +61,7 @@ def reward_figure(
     }
     # Each panel's coverage under its title (as the token panels do): three axis titles of
     # this length ran into each other in a narrow output.
-    fig = make_subplots(
-        figure=Figure(),
+    fig = subplots(
         rows=1,
         cols=len(REWARD_METRICS),
         subplot_titles=[
@@ -82,7 +80,8 @@ def reward_figure(
             shown = known.sample(n=budget, seed=0) if known.height > budget else known
             points = go.Scattergl if shown.height > SVG_MAX_POINTS else go.Scatter
             fig.add_trace(
-                points(
+                trace(
+                    points,
                     x=array(shown[metric]),
                     y=array(shown["reward"]),
                     text=array(shown["rollout_id"]),
@@ -99,7 +98,8 @@ def reward_figure(
             )
             means = reward_bins(known, metric)
             fig.add_trace(
-                go.Scatter(
+                trace(
+                    go.Scatter,
                     x=means["value"].to_list(),
                     y=means["reward"].to_list(),
                     error_y={"type": "data", "array": means["half_width"].to_list()},

@@ -14,9 +14,8 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 import polars as pl
-from plotly.subplots import make_subplots
 
-from ngcapture_viz.display.figure import Figure
+from ngcapture_viz.figures._validation import subplots, trace
 from ngcapture_viz.figures.style import run_colors
 from ngcapture_viz.interop import accepts_pandas
 from ngcapture_viz.stats import COVERAGE_SCHEMA, HISTOGRAM_SCHEMA, TOKEN_METRICS
@@ -55,8 +54,7 @@ def token_figure(histogram: pl.DataFrame, coverage: pl.DataFrame, runs: Sequence
         f"{m}<br><sup>{reported.get(m, (0, 0))[0]:,}/{reported.get(m, (0, 0))[1]:,} reported</sup>"
         for m in TOKEN_METRICS
     ]
-    fig = make_subplots(
-        figure=Figure(),
+    fig = subplots(
         rows=2,
         cols=2,
         subplot_titles=titles,
@@ -76,7 +74,8 @@ def token_figure(histogram: pl.DataFrame, coverage: pl.DataFrame, runs: Sequence
             bins = rows.filter(pl.col("run") == run) if constant is None else rows.clear()
             n, total = per_run.get((run, metric), (0, 0))
             fig.add_trace(
-                go.Bar(
+                trace(
+                    go.Bar,
                     x=bins["bin_start"].to_list(),
                     y=bins["count"].to_list(),
                     width=(bins["bin_end"] - bins["bin_start"]).to_list(),

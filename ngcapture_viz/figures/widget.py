@@ -25,6 +25,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from ngcapture_viz.display.bundles import Bundle
+from ngcapture_viz.figures._validation import unvalidated
 from ngcapture_viz.figures.bars import throughput_figure
 from ngcapture_viz.figures.latency import latency_figure
 from ngcapture_viz.figures.over_time import calls_over_time_figure, error_figure
@@ -35,6 +36,7 @@ from ngcapture_viz.run import CaptureRun, stack_runs
 from ngcapture_viz.stats import (
     DEFAULT_BY,
     LATENCY_METRICS,
+    THROUGHPUT_METRIC,
     TOKEN_METRICS,
     calls_over_time,
     coverage,
@@ -49,6 +51,18 @@ from ngcapture_viz.stats import (
 __all__ = ["CaptureDashboard"]
 
 CHOICE_FILTERS: Final = ("run", "model", "dialect", "outcome")
+#: The calls columns the figures and the summary read (``stats`` raises on a missing one).
+_DRAWN_COLUMNS: Final = (
+    *CHOICE_FILTERS,
+    "rollout_id",
+    "stream",
+    "started_at",
+    "error_category",
+    "tokens_total",
+    THROUGHPUT_METRIC,
+    *TOKEN_METRICS,
+    *LATENCY_METRICS,
+)
 #: Title note of the reward figure while a filter other than ``run`` selects its rollouts.
 REWARD_SELECTION_NOTE: Final = (
     "rollouts with a call matching the filters; totals over all their calls"
@@ -79,7 +93,8 @@ class CaptureDashboard:
         filters: ``run``, ``model``, ``dialect``, ``outcome`` (``SelectMultiple``) and ``time``
             (``SelectionRangeSlider`` over ``started_at``); set their ``value`` to filter.
         figures: ``latency``, ``throughput``, ``tokens``, ``over_time``, ``errors``,
-            ``reward``: the figures drawn now (``go.Figure``, in the order the widget shows them).
+            ``reward``: the figures drawn now (``go.Figure``, in the order the widget shows them;
+            built without plotly's validation, their JSON that of the public figure functions).
         panel: the :class:`FigurePanel` that draws them.
         time_readout: the chosen time range, in full (the slider shows no readout of its own).
         summary: an ``HTML`` widget with the calls shown and each metric's coverage.
@@ -104,6 +119,9 @@ class CaptureDashboard:
         self._max_points = max_points
         self._by = [c for c in DEFAULT_BY if c in self.calls.columns]
         self._interval = time_interval(self.calls)
+        # The columns the figures and the summary read: a filter copies these only (the frame
+        # has ~40, the widest of them strings the figures never show).
+        self._drawn = self.calls.select(c for c in _DRAWN_COLUMNS if c in self.calls.columns)
         self.filters: dict[str, Any] = {
             name: widgets.SelectMultiple(
                 options=self._choices(name), value=(), description=name, rows=4
@@ -111,15 +129,15 @@ class CaptureDashboard:
             for name in CHOICE_FILTERS
         }
         self.filters["time"] = _time_slider(self.calls, steps=time_steps)
-        self.time_readout = widgets.HTML(self._time_text())
+        self.time_readout = widgets.HTML()
         # The panel first: its opening state can carry plotly.js to the page, which takes it
         # in while the figures are computed here.
         self.panel = FigurePanel(
             prefetch=self._likely_bundle(), layout=widgets.Layout(width="100%")
         )
-        self.figures: dict[str, go.Figure] = self._figures(self.calls)
-        self.panel.show(self.figures)
-        self.summary = widgets.HTML(self._summary(self.calls))
+        self.figures: dict[str, go.Figure] = {}
+        self.summary = widgets.HTML()
+        self.refresh()
         for control in self.filters.values():
             control.observe(self._on_change, names="value")
         self._box: widgets.VBox | None = None
@@ -143,6 +161,9 @@ class CaptureDashboard:
 
     def filtered_calls(self) -> pl.DataFrame:
         """The calls the current filters keep."""
+        return self.calls.filter(self._keep())
+
+    def _keep(self) -> pl.Expr:
         keep = pl.lit(True)
         for name in CHOICE_FILTERS:
             chosen = list(self.filters[name].value)
@@ -152,7 +173,7 @@ class CaptureDashboard:
         if slider.index != (0, len(slider.options) - 1):
             start, end = slider.value
             keep = keep & pl.col("started_at").is_between(start, end)
-        return self.calls.filter(keep)
+        return keep
 
     def filtered_rollouts(self) -> pl.DataFrame:
         """The rollouts the reward figure shows, with their whole-rollout totals.
@@ -164,8 +185,9 @@ class CaptureDashboard:
 
     def refresh(self) -> None:
         """Recompute every figure and the summary from the current filters, and send them."""
-        calls = self.filtered_calls()
-        self.figures = self._figures(calls)
+        calls = self._drawn.filter(self._keep())
+        with unvalidated():  # only their JSON leaves the kernel: a test checks it is the same
+            self.figures = self._figures(calls)
         self.panel.show(self.figures)
         self.summary.value = self._summary(calls)
         self.time_readout.value = self._time_text()
@@ -240,14 +262,17 @@ class CaptureDashboard:
         }
 
     def _summary(self, calls: pl.DataFrame) -> str:
-        streamed = calls.filter(pl.col("stream").fill_null(False))
-        counts = [
-            f"{m}: {calls[m].is_not_null().sum():,} / {calls.height:,}"
-            for m in (*TOKEN_METRICS, *LATENCY_METRICS)
-        ]
+        metrics = (*TOKEN_METRICS, *LATENCY_METRICS)
+        streamed = pl.col("stream").fill_null(False)
+        reported = calls.select(  # one pass for every count
+            *(pl.col(m).is_not_null().sum() for m in metrics),
+            streamed.sum().alias("_streamed"),
+            (streamed & pl.col("latency_ttft_ms").is_not_null()).sum().alias("_ttft"),
+        ).row(0, named=True)
+        counts = [f"{m}: {reported[m]:,} / {calls.height:,}" for m in metrics]
         counts.append(
             f"latency_ttft_ms among streamed calls: "
-            f"{streamed['latency_ttft_ms'].is_not_null().sum():,} / {streamed.height:,}"
+            f"{reported['_ttft']:,} / {reported['_streamed']:,}"
         )
         items = "".join(f"<li>{html.escape(c)}</li>" for c in counts)
         return (

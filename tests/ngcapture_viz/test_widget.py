@@ -11,6 +11,7 @@ from typing import Any
 import ipywidgets as widgets
 import orjson
 import plotly.graph_objects as go
+import plotly.io as pio
 import polars as pl
 import pytest
 
@@ -20,8 +21,9 @@ from ngcapture_viz.display.bundles import BASIC_TRACES
 from ngcapture_viz.display.plotlyjs import Where
 from ngcapture_viz.figures import panel as panel_module
 from ngcapture_viz.figures import widget as widget_module
+from ngcapture_viz.figures._validation import unvalidated
 from ngcapture_viz.figures.panel import FigurePanel, figure_json
-from ngcapture_viz.figures.reward import REWARD_METRICS
+from ngcapture_viz.figures.reward import REWARD_METRICS, SVG_MAX_POINTS, reward_figure
 from ngcapture_viz.figures.widget import REWARD_SELECTION_NOTE, CaptureDashboard
 from ngcapture_viz.stats import (
     PERCENTILES,
@@ -159,6 +161,88 @@ def test_the_first_panel_of_a_kernel_carries_plotlyjs_until_the_page_took_it(
     assert webgl.plotlyjs_push.startswith(b"/**\n* plotly.js v")
 
 
+def _sorted_json(spec: Any) -> bytes:
+    """``spec`` as JSON text with sorted keys (validation stores a figure's keys in its own
+    order); ``1`` and ``1.0`` stay apart."""
+    return orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)
+
+
+def _first_call_alone_and_another_dialect(dash: CaptureDashboard) -> None:
+    first = dash.calls.sort("started_at").row(0, named=True)
+    dash.filters["time"].index = (0, 0)
+    dash.filters["dialect"].value = (
+        next(d for d in dash.filters["dialect"].options if d != first["dialect"]),
+    )
+
+
+def _a_time_range(dash: CaptureDashboard) -> None:
+    last = len(dash.filters["time"].options) - 1
+    dash.filters["time"].index = (last // 4, last // 2)
+
+
+@pytest.mark.parametrize(
+    "choose",
+    [
+        lambda dash: None,
+        lambda dash: setattr(dash.filters["model"], "value", ("sim-model-1",)),
+        lambda dash: setattr(dash.filters["run"], "value", ("b",)),
+        lambda dash: setattr(dash.filters["outcome"], "value", ("ok",)),
+        _a_time_range,
+        _first_call_alone_and_another_dialect,  # no call left
+    ],
+    ids=["none", "model", "run", "outcome", "time", "nothing-left"],
+)
+def test_a_redraw_skips_validation_and_sends_the_validated_figures_json(
+    dash: CaptureDashboard, choose: Any
+) -> None:
+    choose(dash)
+
+    drawn = _drawn(dash)
+    assert not any(f._validate for f in dash.figures.values())  # the redraw's fast path
+    # The public figure functions, validating, on every column of the filtered calls.
+    validated = dash._figures(dash.filtered_calls())
+    assert all(f._validate for f in validated.values())
+    for name, fig in validated.items():
+        expected = orjson.loads(figure_json(fig))
+        assert _sorted_json(drawn[name]) == _sorted_json(expected), name
+
+
+def test_a_redraw_takes_the_default_template_of_now(
+    dash: CaptureDashboard, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pio.templates, "default", "plotly_dark")  # after the first draw
+
+    dash.refresh()
+
+    drawn = _drawn(dash)
+    for name, fig in dash._figures(dash.filtered_calls()).items():
+        expected = orjson.loads(figure_json(fig))
+        assert expected["layout"]["template"]["layout"]["paper_bgcolor"] == "rgb(17,17,17)"
+        assert _sorted_json(drawn[name]) == _sorted_json(expected), name
+
+
+def test_unvalidated_webgl_reward_points_give_the_validated_json(
+    runs: list[ngv.CaptureRun],
+) -> None:
+    copies = SVG_MAX_POINTS // runs[0].rollouts.height + 1
+    rollouts = pl.concat(
+        r.rollouts.with_columns(pl.col("rollout_id") + f"-{i}") for r in runs for i in range(copies)
+    )
+    labels = [r.label for r in runs]
+
+    validated = reward_figure(rollouts, labels)
+    with unvalidated():
+        fast = reward_figure(rollouts, labels)
+
+    assert {t.type for t in fast.data} == {"scattergl", "scatter"}  # numpy arrays as typed arrays
+    assert not fast._validate and validated._validate
+    assert _sorted_json(orjson.loads(figure_json(fast))) == _sorted_json(
+        orjson.loads(figure_json(validated))
+    )
+    with pytest.raises(ValueError, match="not_a_property"):  # the public figure validates
+        validated.update_layout(not_a_property=1)
+
+
 def test_model_filter_recomputes_the_latency_marks(dash: CaptureDashboard) -> None:
     before = _p95_marks(dash)
     full = latency_percentiles(dash.calls, dash._by)
@@ -232,6 +316,11 @@ def test_dialect_filter_changes_coverage_in_summary(dash: CaptureDashboard) -> N
     chat = dash.calls.filter(pl.col("dialect") == "chat")
     reasoning = chat["tokens_reasoning"].is_not_null().sum()
     assert f"tokens_reasoning: {reasoning:,} / {chat.height:,}" in dash.summary.value
+    streamed = chat.filter(pl.col("stream"))
+    ttft = streamed["latency_ttft_ms"].is_not_null().sum()
+    assert 0 < streamed.height < chat.height
+    line = f"latency_ttft_ms among streamed calls: {ttft:,} / {streamed.height:,}"
+    assert line in dash.summary.value
     assert all(
         g.endswith(" · chat") for g in (t.meta["group"] for t in dash.figures["latency"].data)
     )
