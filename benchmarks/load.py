@@ -236,7 +236,8 @@ def _measure(variant: str, store: Path) -> dict[str, Any]:
 def _append_one_percent(
     store: Path, info: dict[str, Any], seed: int
 ) -> tuple[int, dict[Path, int]]:
-    """Append 1% more calls to random rollouts; returns the bytes added and original sizes."""
+    """Append 1% more calls to random rollouts (lines as the rest of the store: with facts
+    when it has them); returns the bytes added and original sizes."""
     rng = random.Random(seed)
     factory = CaptureLineFactory(seed=10_000 + seed)
     files = sorted(store.glob("*.capture.jsonl"))
@@ -245,7 +246,10 @@ def _append_one_percent(
     for _ in range(max(1, info["calls"] // 100)):
         path = rng.choice(files)
         original.setdefault(path, path.stat().st_size)
-        data = factory.line().to_jsonl()
+        line = factory.line().to_json_dict()
+        if info.get("facts", True):
+            line[FACTS_KEY] = call_facts(line["dialect"], line["request"], line["response"])
+        data = orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
         with path.open("ab") as handle:
             handle.write(data)
         added += len(data)

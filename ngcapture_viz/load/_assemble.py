@@ -27,6 +27,7 @@ from ngcapture_viz.frames.rollouts import (
     rollout_part_columns,
 )
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS, ToolCallColumns
+from ngcapture_viz.load._index_files import is_ordered
 from ngcapture_viz.load.failures import Failures
 from ngcapture_viz.load.index import CaptureIndex, IndexStats
 from ngcapture_viz.load.rollouts import RolloutSource
@@ -457,11 +458,7 @@ def _sorted(frame: pl.DataFrame, *keys: str) -> pl.DataFrame:
     so) is only checked, in one pass, instead of sorted again (~1 s for 2 million calls)."""
     if frame.height < 2 or frame.select(pl.any_horizontal(pl.col(*keys).is_null().any())).item():
         return frame.sort(*keys)
-    ordered: pl.Expr = pl.lit(True)
-    for key in reversed(keys):  # lexicographic: (a, b) >= previous (a, b)
-        current, previous = pl.col(key), pl.col(key).shift(1)
-        ordered = (current > previous) | ((current == previous) & ordered)
-    if not frame.select(ordered.slice(1).all()).item():
+    if not is_ordered(frame, keys):
         frame = frame.sort(*keys)
     # Sorted by the keys, so by the first: telling Polars speeds up the per-rollout group-by.
     return frame.with_columns(pl.col(keys[0]).set_sorted())

@@ -33,7 +33,10 @@ __all__ = [
     "FILE_SCHEMA",
     "FORMAT",
     "MAX_DELTAS",
+    "ORDER",
     "IndexTables",
+    "in_order",
+    "is_ordered",
     "read_tables",
     "table_paths",
     "write_delta",
@@ -119,6 +122,9 @@ def read_tables(place: Path) -> IndexTables | None:
                 pl.read_parquet(place / f"{table}-{generation}.{delta}.parquet") for delta in deltas
             ]
             frames[table] = pl.concat(parts, how="vertical_relaxed") if deltas else parts[0]
+            if deltas and table in ORDER:  # in the frames' order, as a whole generation is
+                frames[table] = in_order(parts[0], pl.concat(parts[1:], how="vertical_relaxed"),
+                                         ORDER[table])  # fmt: skip
         files = frames["files"].cast(dict(FILE_SCHEMA))  # type: ignore[arg-type]
         if deltas:  # a delta's file rows replace the earlier rows of those files
             files = files.unique("name", keep="last", maintain_order=True).sort("name")
@@ -132,6 +138,35 @@ def read_tables(place: Path) -> IndexTables | None:
         )
     except (OSError, ValueError, KeyError, pl.exceptions.PolarsError):
         return None
+
+
+#: The order a generation keeps its rows in (``index.CaptureIndex._merge``).
+ORDER: Final = {
+    "calls": ("rollout_id", "call_index"),
+    "tool_calls": ("rollout_id", "call_index", "tool_index"),
+}
+
+
+def in_order(rows: pl.DataFrame, added: pl.DataFrame, keys: tuple[str, ...]) -> pl.DataFrame:
+    """``rows`` (sorted by ``keys``) and the ``added`` rows, sorted by ``keys``.
+
+    An append adds rows after those of the same rollout, so a merge by the first key (Polars
+    takes ``rows`` first among equal keys) is usually in order; that is checked, and sorted
+    otherwise. A merge is ~6x faster than sorting 200k rows again.
+    """
+    if added.height == 0:
+        return rows
+    merged = rows.merge_sorted(added.cast(rows.schema).sort(*keys), key=keys[0])
+    return merged if is_ordered(merged, keys) else merged.sort(*keys)
+
+
+def is_ordered(frame: pl.DataFrame, keys: tuple[str, ...]) -> bool:
+    """Whether ``frame`` (no null keys) is sorted by ``keys``: one pass, no sort."""
+    ordered: pl.Expr = pl.lit(True)
+    for key in reversed(keys):  # lexicographic: (a, b) >= previous (a, b)
+        current, previous = pl.col(key), pl.col(key).shift(1)
+        ordered = (current > previous) | ((current == previous) & ordered)
+    return frame.height < 2 or bool(frame.select(ordered.slice(1).all()).item())
 
 
 def write_delta(place: Path, base: IndexTables, delta: IndexTables) -> bool:

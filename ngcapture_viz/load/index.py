@@ -36,7 +36,9 @@ from ngcapture_viz.frames.gaps import GAPS
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS
 from ngcapture_viz.load._index_files import (
     FILE_SCHEMA,
+    ORDER,
     IndexTables,
+    in_order,
     read_tables,
     write_delta,
     write_tables,
@@ -345,8 +347,8 @@ class CaptureIndex:
             self.files = pl.concat(
                 [old.files.filter(~pl.col("name").is_in(touched)), fresh_states]
             ).sort("name")
-            self.calls = pl.concat([old.calls, fresh[0]])
-            self.tool_calls = pl.concat([old.tool_calls, fresh[1]])
+            self.calls = in_order(old.calls, fresh[0], ORDER["calls"])
+            self.tool_calls = in_order(old.tool_calls, fresh[1], ORDER["tool_calls"])
             self.damaged = pl.concat([old.damaged, fresh[2]])
             return
         if old is None or not keep:
