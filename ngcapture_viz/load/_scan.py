@@ -31,7 +31,7 @@ from ngcapture_viz.load._facts_rows import FactsRows
 from ngcapture_viz.load._line_types import (
     FastLine,
     decode_fast,
-    facts_usable,
+    keep_for_facts,
 )
 
 __all__ = ["RACY_NS", "FileState", "FileTask", "ScanResult", "fingerprint", "is_racy", "scan_files"]
@@ -266,7 +266,7 @@ class _Scanner:
             lines = [decode_fast(view[start:end]) for start, end in zip(starts, ends, strict=True)]
         except (msgspec.DecodeError, RecursionError):
             return None
-        if not all(map(facts_usable, lines)):
+        if not all(map(keep_for_facts, lines)):
             return None
         base, index0, line0 = task.start, task.call_index, task.line
         self.fast.extend(
@@ -423,7 +423,7 @@ def _fast(line: memoryview) -> FastLine | None:
         fast = decode_fast(line)
     except (msgspec.DecodeError, RecursionError):
         return None
-    return fast if facts_usable(fast) else None
+    return fast if keep_for_facts(fast) else None
 
 
 def _utf8(data: bytes | memoryview) -> bool:
