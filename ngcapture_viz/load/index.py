@@ -24,6 +24,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from stat import S_ISREG
 from typing import Any, Final
@@ -329,9 +330,10 @@ class CaptureIndex:
 
     def _merge(self, old: IndexTables | None, keep: set[str], result: ScanResult) -> None:
         """Kept rows (before each kept file's ``consumed``) + freshly parsed rows."""
-        states = result.states
+        names = FILE_SCHEMA.names()
+        columns = zip(*map(attrgetter(*names), result.states), strict=True)  # in C
         fresh_states = pl.DataFrame(
-            {name: [getattr(s, name) for s in states] for name in FILE_SCHEMA.names()},
+            dict(zip(names, columns, strict=True)) if result.states else None,
             schema=FILE_SCHEMA,
         )
         fresh = (
