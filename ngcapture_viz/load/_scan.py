@@ -331,27 +331,13 @@ class _Scanner:
         unterminated: bool,
         exact: bool = False,
     ) -> None:
-        """Read one non-blank line: from its facts into the columnar rows when it can be,
-        else with ``LineDecoder``."""
+        """Read one non-blank line: from its facts into the columnar rows when it can be, else
+        with ``LineDecoder`` (a row, a damaged line, or both)."""
         fast = _fast(line) if not exact and self.decoder.expect_facts else None
-        if fast is None:
-            self._line(task, line, index, number, offset, unterminated=unterminated, exact=exact)
+        if fast is not None:
+            self.fast.add(fast, task.rollout_id, index, number, offset, len(line), task.path)
+            self.decoder.counts["facts"] += 1
             return
-        self.fast.add(fast, task.rollout_id, index, number, offset, len(line), task.path)
-        self.decoder.counts["facts"] += 1
-
-    def _line(
-        self,
-        task: FileTask,
-        line: memoryview,
-        index: int,
-        number: int,
-        offset: int,
-        *,
-        unterminated: bool,
-        exact: bool = False,
-    ) -> None:
-        """Read one (non-blank) line with ``LineDecoder``: a row, a damaged line, or both."""
         mismatch: FactsMismatch | None = None
         try:
             values = self.decoder.decode(line, exact=exact)
