@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Final
 
+import numpy as np
 import polars as pl
 
 from ngcapture_viz.frames.calls import CALLS
@@ -133,31 +134,50 @@ def latency_distribution(
     """
     keys = _check_by(calls, by)
     shares = [i / (points - 1) for i in range(points)] if points > 1 else [0.5]
-    parts = []
-    for metric in LATENCY_METRICS:
-        # One sort per group, then every share read off it with linear interpolation
-        # (what quantile(q, "linear") computes, without sorting again for each share).
-        ordered = _group(
-            calls,
-            keys,
-            [pl.col(metric).drop_nulls().sort().cast(pl.Float64).alias("_sorted")],
-        )
-        last = pl.col("_sorted").list.len().cast(pl.Float64) - 1
-        values = []
-        for q in shares:
-            position = last * q
-            low = position.floor()
-            below = pl.col("_sorted").list.get(low.cast(pl.Int64), null_on_oob=True)
-            above = pl.col("_sorted").list.get(position.ceil().cast(pl.Int64), null_on_oob=True)
-            values.append(below + (above - below) * (position - low))
-        grouped = ordered.with_columns(
-            pl.concat_list(values).alias("value"),
-            pl.col("_sorted").list.len().cast(pl.Int64).alias("n_reported"),
-            pl.lit(metric).alias("metric"),
-            pl.lit(shares, pl.List(pl.Float64())).alias("share"),
-        ).drop("_sorted")
-        parts.append(_typed(grouped.explode("value", "share"), keys, DISTRIBUTION_SCHEMA))
+    parts = [
+        _typed(_distribution(calls, keys, metric, shares), keys, DISTRIBUTION_SCHEMA)
+        for metric in LATENCY_METRICS
+    ]
     return _sorted(pl.concat(parts), [*keys, "metric"], metric_order=LATENCY_METRICS)
+
+
+def _distribution(
+    calls: pl.DataFrame, keys: Sequence[str], metric: str, shares: list[float]
+) -> pl.DataFrame:
+    """One metric's rows of :func:`latency_distribution`: each group's values sorted once,
+    then every share read off them with linear interpolation (what ``quantile(q, "linear")``
+    computes), for all groups and shares at once in numpy (as Polars expressions it took one
+    ``list.get`` pair per share: ~60 ms at 100,000 calls whatever the number of groups)."""
+    values = pl.col(metric).drop_nulls().sort().cast(pl.Float64).alias("_sorted")
+    # Without keys, all calls are one group (a select alone would not make them a list).
+    ordered = _group(calls, keys, [values]) if keys else calls.select(values.implode())
+    sizes = ordered["_sorted"].list.len().to_numpy().astype(np.int64)
+    # The groups' values end to end (an empty list would explode into a null: left out).
+    flat = ordered["_sorted"].filter(pl.Series(sizes > 0)).explode().to_numpy()
+    starts = np.cumsum(sizes) - sizes
+    position = (sizes.astype(np.float64) - 1)[:, None] * np.asarray(shares)[None, :]
+    low = np.floor(position)
+    reported = np.repeat(sizes > 0, len(shares))
+    value = np.full(position.size, np.nan)
+    if flat.size:
+        first = starts[:, None]
+        below = flat[np.where(sizes[:, None] > 0, first + low.astype(np.int64), 0)]
+        above = flat[np.where(sizes[:, None] > 0, first + np.ceil(position).astype(np.int64), 0)]
+        value = (below + (above - below) * (position - low)).ravel()
+    rows = pl.DataFrame(
+        {
+            "share": pl.Series(np.tile(shares, len(sizes)), dtype=pl.Float64()),
+            "value": pl.Series(value, dtype=pl.Float64()),
+            "_reported": pl.Series(reported, dtype=pl.Boolean()),
+            "n_reported": pl.Series(np.repeat(sizes, len(shares)), dtype=pl.Int64()),
+        }
+    ).with_columns(
+        pl.lit(metric).alias("metric"), pl.when("_reported").then(pl.col("value")).alias("value")
+    )
+    if not keys:
+        return rows
+    groups = ordered.select(keys)[np.repeat(np.arange(len(sizes)), len(shares))]
+    return pl.concat([groups, rows], how="horizontal")
 
 
 @accepts_pandas(calls=CALLS)
