@@ -25,9 +25,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK_DIR = REPO / "notebooks"
 CHROMIUM = Path(os.environ.get("NGCAPTURE_CHROMIUM", "/usr/bin/chromium"))
+
+
+def require_browser(*servers: tuple[str, str]) -> None:
+    """Skip the calling test module unless Playwright, Debian's Chromium and each
+    ``(module, what provides it)`` server are installed (under ``NGCAPTURE_REQUIRE_ALL=1`` a
+    module skipped so fails the run)."""
+    pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    for module, provider in servers:
+        pytest.importorskip(module, reason=f"{module} is not installed: {provider}")
+    if not CHROMIUM.is_file():
+        pytest.skip(f"{CHROMIUM} is missing: run `make chromium`", allow_module_level=True)
+
+
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",

@@ -23,11 +23,9 @@ from capture_core.testing.runs import RunSpec, write_run
 from ngcapture_viz.display.figure import PLOTLY_MIME, figure_bundle, plotlyjs_html
 from ngcapture_viz.figures.time_split import TIME_SPLIT_SCHEMA, time_split_figure
 from tests.ngcapture_viz.conftest import write_capture
-from tests.ngcapture_viz.jupyterlab import CHROMIUM, Browser, chromium
+from tests.ngcapture_viz.jupyterlab import Browser, chromium, require_browser
 
-pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-if not CHROMIUM.is_file():
-    pytest.skip(f"{CHROMIUM} is missing: run `make chromium`", allow_module_level=True)
+require_browser()
 
 WIDTHS = (560, 800, 1400)
 

@@ -18,24 +18,20 @@ from typing import Any
 import pytest
 
 from tests.ngcapture_viz.jupyterlab import (
-    CHROMIUM,
     Browser,
     Lab,
     chromium,
     errors_in,
     open_notebook,
+    require_browser,
     run_all,
     run_cell,
+    running_lab,
     save,
     wait_idle,
 )
 
-pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-pytest.importorskip("jupyterlab", reason="jupyterlab is not installed: the notebook extra")
-if not CHROMIUM.is_file():
-    pytest.skip(f"{CHROMIUM} is missing: run `make chromium`", allow_module_level=True)
-
-from tests.ngcapture_viz.jupyterlab import running_lab
+require_browser(("jupyterlab", "the notebook extra"))
 
 #: Goals (issue 15): what the live dashboard may send, and how soon it must draw.
 WIDGET_MAX_BYTES = 6_000_000

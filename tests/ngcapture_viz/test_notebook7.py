@@ -21,21 +21,17 @@ import pytest
 from ngcapture_viz.display.figure import PLOTLY_MIME
 from tests.ngcapture_viz.figure_probe import ALL_SETTLED, OUTPUT_FACTS, mismatches, probe_notebook
 from tests.ngcapture_viz.jupyterlab import (
-    CHROMIUM,
     Browser,
     Lab,
     chromium,
     errors_in,
     open_notebook,
+    require_browser,
     run_all,
+    running_lab,
 )
 
-pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-pytest.importorskip("notebook", reason="notebook (Notebook 7) is not installed: the notebook extra")
-if not CHROMIUM.is_file():
-    pytest.skip(f"{CHROMIUM} is missing: run `make chromium`", allow_module_level=True)
-
-from tests.ngcapture_viz.jupyterlab import running_lab
+require_browser(("notebook", "Notebook 7, the notebook extra"))
 
 _APP = """() => ({
   name: window.jupyterapp.name,
