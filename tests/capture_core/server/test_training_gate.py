@@ -11,8 +11,7 @@ import pytest
 from starlette.types import Message
 
 from capture_core.lineage import LineageStore
-from capture_core.server import training
-from capture_core.server.training import TRAINING_ROUTE_KEY, TrainingGate
+from capture_core.server.training import TRAINING_ROUTE_KEY, TrainingGate, answer
 from capture_core.sse import parse_sse
 from capture_core.testing import SimulatedWorker, WorkerConfig
 
@@ -89,7 +88,7 @@ def test_responses_serialization_failure_ends_in_response_failed(
     def broken(response: Any) -> list[bytes]:
         raise ValueError("cannot serialize")
 
-    monkeypatch.setattr(training, "responses_events", broken)
+    monkeypatch.setattr(answer, "responses_events", broken)
     rollout_id = "gate-failed"
     body = {"model": "m", "input": QUESTION, "stream": True}
     status, raw = serve(gate, "/v1/responses", body, rollout_id)
@@ -106,7 +105,7 @@ def test_chat_serialization_failure_is_a_500(
     def broken(completion: Any, *, include_usage: bool) -> list[bytes]:
         raise ValueError("cannot serialize")
 
-    monkeypatch.setattr(training, "chat_events", broken)
+    monkeypatch.setattr(answer, "chat_events", broken)
     body = {"model": "m", "messages": [{"role": "user", "content": QUESTION}], "stream": True}
     status, _ = serve(gate, "/v1/chat/completions", body, "gate-chat-failed")
     assert status == 500
@@ -119,7 +118,7 @@ def test_messages_serialization_failure_is_an_anthropic_500(
     def broken(message: Any) -> list[bytes]:
         raise ValueError("cannot serialize")
 
-    monkeypatch.setattr(training, "messages_events", broken)
+    monkeypatch.setattr(answer, "messages_events", broken)
     body = {"model": "m", "max_tokens": 16, "stream": True,
             "messages": [{"role": "user", "content": QUESTION}]}  # fmt: skip
     status, raw = serve(gate, "/v1/messages", body, "gate-messages-failed")

@@ -1,44 +1,12 @@
-"""Training capture routing: admit a call, let the worker stage it, commit its ledger row.
+"""The training gate: admit a call, let the worker stage it, commit its ledger row.
 
-A request on
-``/ng-rollout/<id>/training-token-capture/v1/{chat/completions | responses | messages}`` is
-handled here (other paths are forwarded untouched):
-
-1. A call id and admission time are minted. A retired rollout's call is served as plain traffic.
-   Otherwise the parent is resolved by lineage fingerprint: no model-authored history (or an
-   unresolvable one on a rollout with no ledger rows yet) is a ``text`` root, a resolved parent
-   gives a ``token_in`` admission carrying the parent's chain, and anything else is served
-   without admission after an ``unresolved_parent`` failure row.
-2. The worker gets the body with ``ng_capture``, ``stream: false`` (no ``stream_options``) and,
-   for Chat, the log-prob flags that make it return token ids.
-3. From the worker's JSON the commit coordinates are popped and every token field stripped;
-   the client's answer (JSON, or buffered SSE when it asked ``stream: true``) is serialized in
-   full, and only then is the ledger row (or the failure row) appended. The first byte goes out
-   after that, so a client that has seen an answer can rely on the ledger.
-
-A serialization failure commits nothing: the ledger gets
-``request_finished_without_staged_coordinates``; a Responses stream ends in
-``response.created`` + ``response.failed``, any other answer is a 500 (an Anthropic ``error``
-object for Messages).
-
-With token-id capture on (:mod:`capture_core.server.token_capture`), the gate also records the
-call's complete :class:`~capture_core.tokens.TokenEntry` through the token sink: the call is
-announced before admission (a refusal, e.g. a retired rollout, fails the call with 409), the
-entry is built from the worker's token fields before they are stripped, and it is committed
-next to the ledger row, before the first byte. A call that yields no entry (no or bad token
-ids, a refused entry, a call served without admission, a POST on another endpoint under the
-training prefix answered 2xx) marks the rollout's token capture incomplete; none of this fails
-the call. The call's id is the one its model-call capture line carries, when eval capture is
-on (:data:`MODEL_CALL_ID_KEY`).
+The flow is described in :mod:`capture_core.server.training`.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Final
 
@@ -55,17 +23,21 @@ from capture_core._fingerprint import (
 from capture_core.dialects import dialect_for_path
 from capture_core.exceptions import RolloutRetiredError, TokenCaptureFrozenError
 from capture_core.lineage import LineageStore, ResolutionStatus
-from capture_core.server._asgi import read_body, send_whole
-from capture_core.server.buffered_sse import (
-    chat_events,
-    messages_events,
-    responses_events,
-    responses_failure_events,
-)
+from capture_core.server._asgi import read_body
 from capture_core.server.errors import send_error
-from capture_core.server.namespaced_tools import NamespaceMap, flatten_request, restore_output
+from capture_core.server.namespaced_tools import flatten_request, restore_output
 from capture_core.server.token_capture import ServerTokenCapture, WorkerTokens, read_worker_tokens
 from capture_core.server.token_fields import dict_items, strip_token_fields
+from capture_core.server.training.answer import (
+    _json_object,
+    _passed_headers,
+    _send,
+    _send_failure,
+    _serialize,
+)
+from capture_core.server.training.call import _Call, _Upstream
+from capture_core.server.training.channels import _marking, _replay, _with_call_id
+from capture_core.server.training.keys import MODEL_CALL_ID_KEY, TRAINING_ROUTE_KEY
 from capture_core.staging import (
     CAPTURE_ADMISSION_KEY,
     COMMIT_COORDS_KEY,
@@ -79,63 +51,15 @@ from capture_core.staging import (
 )
 from capture_core.tokens import TokenCallCapture
 
-__all__ = [
-    "MODEL_CALL_ID_HEADER",
-    "MODEL_CALL_ID_KEY",
-    "TRAINING_ROUTE_KEY",
-    "TrainingGate",
-    "strip_token_fields",
-]
+__all__ = ["TrainingGate"]
 
 logger = logging.getLogger(__name__)
 
-TRAINING_ROUTE_KEY: Final = "ngcapture.training_rollout"
-"""Scope key the middleware sets to the rollout id of a valid training-capture request."""
-MODEL_CALL_ID_KEY: Final = "ngcapture.model_call_id"
-"""Scope key the middleware sets to the id of the call it captures (its capture line's id)."""
-MODEL_CALL_ID_HEADER: Final = b"x-ng-model-call-id"
 _DIALECTS: Final = frozenset({"chat", "responses", "messages"})
 _DROPPED_REQUEST_HEADERS: Final = frozenset({b"content-length", b"accept-encoding"})
 _REFUSED_BY_FENCE: Final = (RolloutRetiredError, TokenCaptureFrozenError)
 
 Reason = LedgerFailureReason
-
-
-@dataclass
-class _Call:
-    """One training call's state between admission and the first byte."""
-
-    rollout_id: str
-    dialect: str
-    body: dict[str, Any]
-    model_call_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    admitted_at: float = field(default_factory=time.time)
-    admission: CaptureAdmission | None = None
-    items: list[dict[str, Any]] = field(default_factory=list)
-    namespaces: NamespaceMap = field(default_factory=dict)
-    """Joined ``<ns>__<name>`` tool names the worker saw -> (namespace, short name)."""
-    tokens: TokenCallCapture | None = None
-    """The call's token-id capture (``None``: token-id capture is off)."""
-
-    @property
-    def client_stream(self) -> bool:
-        return self.body.get("stream") is True
-
-    @property
-    def include_usage(self) -> bool:
-        options = self.body.get("stream_options")
-        return isinstance(options, dict) and options.get("include_usage") is True
-
-
-@dataclass
-class _Upstream:
-    status: int = 0
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-    chunks: list[bytes] = field(default_factory=list)
-
-    @property
-    def body(self) -> bytes:
-        return b"".join(self.chunks)
 
 
 class TrainingGate:
@@ -424,20 +348,6 @@ def _worker_tokens(call: _Call, payload: dict[str, Any]) -> WorkerTokens | Excep
         return exc
 
 
-def _marking(send: Send, tokens: TokenCallCapture | None, reason: str) -> Send:
-    """``send`` for a call whose tokens are not captured: a 2xx answer (tokens were likely
-    generated) marks the rollout incomplete before the client gets its headers."""
-    if tokens is None:
-        return send
-
-    async def marked(message: Message) -> None:
-        if message["type"] == "http.response.start" and 200 <= message["status"] < 300:
-            await tokens.missing(reason)
-        await send(message)
-
-    return marked
-
-
 def _response_items(dialect: str, served: dict[str, Any]) -> list[dict[str, Any]]:
     """The served answer as lineage items (Chat's first choice; the output items; the message)."""
     if dialect == "chat":
@@ -447,70 +357,3 @@ def _response_items(dialect: str, served: dict[str, Any]) -> list[dict[str, Any]
     if dialect == "messages":
         return [{"role": "assistant", "content": served.get("content")}]
     return dict_items(served.get("output"))
-
-
-def _serialize(call: _Call, payload: dict[str, Any]) -> tuple[bytes, list[bytes]]:
-    if not call.client_stream:
-        return b"application/json", [orjson.dumps(payload)]
-    if call.dialect == "chat":
-        return b"text/event-stream", chat_events(payload, include_usage=call.include_usage)
-    if call.dialect == "messages":
-        return b"text/event-stream", messages_events(payload)
-    return b"text/event-stream", responses_events(payload)
-
-
-async def _send_failure(call: _Call, message: str, send: Send) -> None:
-    if call.client_stream and call.dialect == "responses":
-        model = call.body.get("model")
-        events = responses_failure_events(message, model=model if isinstance(model, str) else None)
-        await _send(send, 200, [(b"content-type", b"text/event-stream")], b"".join(events))
-        return
-    error: dict[str, Any] = {"error": {"message": message, "type": "server_error",
-                                       "param": None, "code": "server_error"}}  # fmt: skip
-    if call.dialect == "messages":
-        error = {"type": "error", "error": {"type": "api_error", "message": message}}
-    await _send(send, 500, [(b"content-type", b"application/json")], orjson.dumps(error))
-
-
-def _json_object(upstream: _Upstream) -> dict[str, Any] | None:
-    if upstream.status != 200:
-        return None
-    try:
-        payload = orjson.loads(upstream.body)
-    except orjson.JSONDecodeError:
-        return None
-    return payload if isinstance(payload, dict) else None
-
-
-def _passed_headers(upstream: _Upstream) -> list[tuple[bytes, bytes]]:
-    return [(k, v) for k, v in upstream.headers if k.lower() != b"content-length"]
-
-
-async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-    if any(k.lower() == b"content-type" and v.startswith(b"text/event-stream") for k, v in headers):
-        headers = [*headers, (b"cache-control", b"no-cache")]
-    await send_whole(send, status, headers, body)
-
-
-def _with_call_id(send: Send, model_call_id: str) -> Send:
-    async def tagged(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            headers = [*message.get("headers", []), (MODEL_CALL_ID_HEADER, model_call_id.encode())]
-            message = {**message, "headers": headers}
-        await send(message)
-
-    return tagged
-
-
-def _replay(body: bytes, receive: Receive) -> Callable[[], Awaitable[Message]]:
-    """A ``receive`` that gives ``body`` once, then defers to the client's (disconnects)."""
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
