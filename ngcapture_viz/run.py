@@ -13,19 +13,21 @@ A run is a capture directory, a rollout JSONL file, or both. Frames:
   why (from the records), the token store's state (``tokens_dir``)
 
 Payloads stay on disk: ``run.payload(model_call_id)`` reads one line back by its byte offset.
+
+Beside it, re-exported here: ``stack.py`` (``open_runs``, ``stack_runs``), ``scan.py``
+(``scan_calls``), ``payload.py`` (the read by byte offset), ``sources.py`` (a run's label and
+sources).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-import orjson
 import polars as pl
 
-from capture_core import InvalidRecordError, ModelCallRecord, normalize_line, paused_gc
+from capture_core import ModelCallRecord, paused_gc
 from ngcapture_viz.exceptions import DamagedSourceError, PayloadUnavailableError, SourceError
 from ngcapture_viz.frames.calls import CALLS
 from ngcapture_viz.frames.gaps import GAPS
@@ -36,12 +38,15 @@ from ngcapture_viz.frames.tokens import TOKENS, read_token_store, token_frame
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS
 from ngcapture_viz.interop import to_pandas, to_polars
 from ngcapture_viz.load._assemble import RunBuilder, Sources
-from ngcapture_viz.load._index_files import table_paths
 from ngcapture_viz.load.evidence import EVIDENCE_FRAMES, evidence_frames
 from ngcapture_viz.load.failures import failures_file, read_failures
 from ngcapture_viz.load.index import CaptureIndex, IndexStats
 from ngcapture_viz.load.remote import is_remote, mirror_sources, remote_label
 from ngcapture_viz.load.rollouts import RolloutSource, read_rollouts
+from ngcapture_viz.payload import _read_payload
+from ngcapture_viz.scan import scan_calls
+from ngcapture_viz.sources import PathLike, _default_label
+from ngcapture_viz.stack import open_runs, stack_runs
 
 __all__ = [
     "CaptureRun",
@@ -51,10 +56,10 @@ __all__ = [
     "open_runs",
     "rollouts_df",
     "scan_calls",
+    "stack_runs",
     "tool_calls_df",
 ]
 
-PathLike = str | os.PathLike[str]
 #: The frames of a run, in order.
 FRAME_NAMES: Final = ("calls", "rollouts", "gaps", "tool_calls", *EVIDENCE_FRAMES, "tokens")
 
@@ -211,28 +216,6 @@ class CaptureRun:
         return written
 
 
-def _read_payload(row: Mapping[str, Any]) -> ModelCallRecord:
-    path, offset, length = row["path"], row["byte_offset"], row["line_bytes"]
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        try:
-            data = os.pread(fd, length, offset)
-        finally:
-            os.close(fd)
-        record = normalize_line(orjson.loads(data), row["call_index"])
-    except (OSError, orjson.JSONDecodeError, InvalidRecordError) as exc:
-        raise PayloadUnavailableError(
-            f"could not read call {row['model_call_id']!r} at byte {offset} of {path}: {exc}; "
-            "the file changed since the run was opened, open it again"
-        ) from None
-    if record.model_call_id != row["model_call_id"]:
-        raise PayloadUnavailableError(
-            f"byte {offset} of {path} no longer holds call {row['model_call_id']!r} "
-            "(the file was rewritten); open the run again"
-        )
-    return record
-
-
 def open_run(
     capture_dir: PathLike | None = None,
     rollouts: PathLike | None = None,
@@ -367,96 +350,6 @@ def _last_records(source: RolloutSource) -> list[tuple[str, dict[str, Any], Any]
     return [(r.rollout_id, r.evidence, r.attachment) for r in last.values() if r.evidence]
 
 
-def _default_label(sources: Sources) -> str:
-    if sources.capture_dir is not None:
-        directory = sources.capture_dir
-        return directory.parent.name if directory.name == "model-calls" else directory.name
-    assert sources.rollouts is not None
-    return sources.rollouts.stem
-
-
-def open_runs(
-    runs: Mapping[
-        str, tuple[PathLike | None, PathLike | None] | Sequence[PathLike | None] | PathLike
-    ],
-    *,
-    strict: bool = False,
-    index: bool = True,
-    workers: int | None = None,
-    progress: bool | None = None,
-    tokens_dirs: Mapping[str, PathLike] | None = None,
-) -> CaptureRun:
-    """Open several runs and stack their frames; the ``run`` column tells them apart.
-
-    Args:
-        runs: label → ``(capture_dir, rollouts)`` (a tuple or list; either may be ``None``) or
-            a capture dir.
-        tokens_dirs: label → the run's token-id capture store (see ``open_run``).
-
-    Example:
-        >>> both = open_runs({"ckpt-100": ("a/model-calls", "a/rollouts.jsonl"),  # doctest: +SKIP
-        ...                   "ckpt-200": ("b/model-calls", None)})
-        >>> both.calls.group_by("run").len()  # doctest: +SKIP
-    """
-    if not runs:
-        raise SourceError("open_runs needs at least one run")
-    opened: dict[str, CaptureRun] = {}
-    for label, value in runs.items():
-        capture_dir, rollouts = _run_sources(label, value)
-        opened[label] = open_run(
-            capture_dir,
-            rollouts,
-            tokens_dir=(tokens_dirs or {}).get(label),
-            label=label,
-            strict=strict,
-            index=index,
-            workers=workers,
-            progress=progress,
-        )
-    return stack_runs(list(opened.values()))
-
-
-def _run_sources(label: str, value: object) -> tuple[PathLike | None, PathLike | None]:
-    """``(capture_dir, rollouts)`` of one ``open_runs`` entry: a pair, or a capture dir."""
-    if isinstance(value, str | os.PathLike):
-        return value, None
-    if isinstance(value, Sequence) and len(value) == 2:
-        capture_dir, rollouts = value
-        if all(v is None or isinstance(v, str | os.PathLike) for v in (capture_dir, rollouts)):
-            return capture_dir, rollouts
-    raise SourceError(
-        f"open_runs: run {label!r} is {value!r}; expected a capture directory or a "
-        "(capture_dir, rollouts) pair, either of which may be None"
-    )
-
-
-def stack_runs(runs: Sequence[CaptureRun]) -> CaptureRun:
-    """Stack already opened runs (labels must differ)."""
-    members: dict[str, CaptureRun] = {}
-    for run in runs:
-        for label, member in run.runs.items():
-            if label in members:
-                raise SourceError(f"two runs are labelled {label!r}; labels must differ")
-            members[label] = member
-    if len(members) == 1:
-        return next(iter(members.values()))
-
-    def stacked(name: str) -> pl.DataFrame:
-        frames: list[pl.DataFrame] = [getattr(r, name) for r in members.values()]
-        return pl.concat(frames, how="diagonal_relaxed")
-
-    return CaptureRun(
-        None,
-        calls=stacked("calls"),
-        rollouts=stacked("rollouts"),
-        gaps=stacked("gaps"),
-        tool_calls=stacked("tool_calls"),
-        runs=members,
-        evidence={name: stacked(name) for name in EVIDENCE_FRAMES},
-        tokens=stacked("tokens"),
-    )
-
-
 def calls_df(
     capture_dir: PathLike | None = None,
     rollouts: PathLike | None = None,
@@ -499,43 +392,3 @@ def tool_calls_df(
 ) -> pl.DataFrame:
     """The tool-calls frame of one run, optionally only ``columns``."""
     return TOOL_CALLS.select(open_run(capture_dir, rollouts, **options).tool_calls, columns)
-
-
-def scan_calls(
-    capture_dir: PathLike,
-    *,
-    label: str | None = None,
-    index_dir: PathLike | None = None,
-    progress: bool | None = None,
-) -> pl.LazyFrame:
-    """The calls of a capture store as a ``LazyFrame``: for filtering a large store first.
-
-    The sidecar index is brought up to date (appended bytes are parsed, as ``open_run``
-    does), then its Parquet tables are scanned lazily: a filter or a column selection is
-    pushed down to them, so only the rows and columns asked for are ever read into memory.
-    The rows are those of ``open_run(capture_dir).calls`` (store calls only: attachment calls
-    need the rollout file, which ``open_run`` reads).
-
-    Example:
-        >>> import polars as pl  # doctest: +SKIP
-        >>> slow = (ngv.scan_calls("results/model-calls")  # doctest: +SKIP
-        ...         .filter(pl.col("latency_total_ms") > 10_000)
-        ...         .select("rollout_id", "model_call_id", "latency_total_ms")
-        ...         .collect())
-    """
-    root = Path(capture_dir).absolute()
-    if not root.is_dir():
-        raise SourceError(f"capture directory {str(root)!r} does not exist")
-    index = CaptureIndex(root, index_dir=index_dir)
-    stats = index.refresh(progress=progress)
-    paths = table_paths(stats.location, "calls") if stats.location is not None else None
-    lazy = pl.scan_parquet(paths) if paths else index.calls.lazy()
-    name = label if label is not None else _default_label(Sources(root, None))
-    prefix = str(root) + os.sep
-    return (
-        lazy.with_columns(
-            pl.lit(name).alias("run"), pl.concat_str([pl.lit(prefix), pl.col("path")]).alias("path")
-        )
-        .select([pl.col(column).cast(dtype) for column, dtype in CALLS.polars.items()])
-        .sort("rollout_id", "call_index")
-    )
