@@ -263,10 +263,16 @@ class _Scanner:
         starts = [0, *(end + 1 for end in ends[:-1])]
         view = memoryview(content)
         try:
-            lines = [decode_fast(view[start:end]) for start, end in zip(starts, ends, strict=True)]
+            # The first line alone first: a file of another writer (no facts) is then given
+            # to the line-by-line reader after one decode, not after all of its lines.
+            first = decode_fast(view[: ends[0]])
+            if not keep_for_facts(first):
+                return None
+            rest = zip(starts[1:], ends[1:], strict=True)
+            lines = [first, *(decode_fast(view[start:end]) for start, end in rest)]
         except (msgspec.DecodeError, RecursionError):
             return None
-        if not all(map(keep_for_facts, lines)):
+        if not all(map(keep_for_facts, lines[1:])):
             return None
         base, index0, line0 = task.start, task.call_index, task.line
         self.fast.extend(
