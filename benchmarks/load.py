@@ -30,7 +30,9 @@ from typing import Any
 
 import orjson
 
+from capture_core._locking import Appended
 from capture_core.facts import FACTS_KEY, call_facts
+from capture_core.facts_journal import ENVELOPE_KEYS, JOURNAL_DIR, JOURNAL_SUFFIX, journal_entry
 from capture_core.testing import CaptureLineFactory
 
 ROOT = Path("results/bench/load")
@@ -190,33 +192,73 @@ def build_store(
     """
     stamp = path / STAMP
     if stamp.is_file():
-        return dict(json.loads(stamp.read_text()))
+        found = dict(json.loads(stamp.read_text()))
+        if found.get("journal") == facts:  # stores of before the journal are written again
+            return found
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
     encoded = []
+    envelopes = []
     for line in _base_lines():
         if facts:
             line[FACTS_KEY] = call_facts(line["dialect"], line["request"], line["response"])
         line["model_call_id"] = "0" * 32
         encoded.append(orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE))
+        keys: tuple[str, ...] = (*ENVELOPE_KEYS, FACTS_KEY)
+        envelopes.append({key: line[key] for key in keys if key in line})
     prefix = len(b'{"model_call_id":"')
     rng = random.Random(seed)
     total = calls = rollouts = 0
+    journal = _Journal(path) if facts else None
     while total < target_bytes:
         count = rng.randint(1, 9)
         parts = []
+        ids = []
         for _ in range(count):
             base = encoded[calls % len(encoded)]
             call_id = f"{seed:08x}{calls:024x}".encode()
             parts.append(base[:prefix] + call_id + base[prefix + 32 :])
+            ids.append((calls % len(encoded), call_id.decode()))
             calls += 1
         data = b"".join(parts)
-        (path / f"{rollouts // 8}-{rollouts % 8}.capture.jsonl").write_bytes(data)
+        file = path / f"{rollouts // 8}-{rollouts % 8}.capture.jsonl"
+        file.write_bytes(data)
+        if journal is not None:
+            journal.note(file, [len(part) for part in parts], [
+                {**envelopes[base], "model_call_id": call_id} for base, call_id in ids
+            ])  # fmt: skip
         total += len(data)
         rollouts += 1
-    info = {"bytes": total, "calls": calls, "rollouts": rollouts, "facts": facts}
+    if journal is not None:
+        journal.close()
+    info = {"bytes": total, "calls": calls, "rollouts": rollouts, "facts": facts,
+            "journal": facts}  # fmt: skip
     stamp.write_text(json.dumps(info))
     return info
+
+
+class _Journal:
+    """The facts journal the capture server would have written beside a store's files (the
+    server's own ``journal_entry``; every entry of a file notes the file as its last append
+    left it, which is all a reader compares)."""
+
+    def __init__(self, store: Path) -> None:
+        (store / JOURNAL_DIR).mkdir(exist_ok=True)
+        self.path = store / JOURNAL_DIR / f"benchmark{JOURNAL_SUFFIX}"
+        self.handle = self.path.open("ab")
+
+    def note(self, file: Path, lengths: list[int], lines: list[dict[str, Any]]) -> None:
+        stat = file.stat()
+        offset = stat.st_size - sum(lengths)
+        for length, line in zip(lengths, lines, strict=True):
+            at = Appended(length, False, offset, stat.st_size, stat.st_mtime_ns, stat.st_ino)
+            entry = journal_entry(file.name, at._replace(size=offset + length), line)
+            if entry is not None:
+                self.handle.write(entry)
+            offset += length
+
+    def close(self) -> None:
+        self.handle.close()
 
 
 def _measure(variant: str, store: Path) -> dict[str, Any]:
@@ -243,6 +285,9 @@ def _append_one_percent(
     files = sorted(store.glob("*.capture.jsonl"))
     original: dict[Path, int] = {}
     added = 0
+    journal = _Journal(store) if info.get("journal") else None
+    if journal is not None:  # cut back with the files, so the store stays as it was built
+        original[journal.path] = journal.path.stat().st_size
     for _ in range(max(1, info["calls"] // 100)):
         path = rng.choice(files)
         original.setdefault(path, path.stat().st_size)
@@ -252,7 +297,11 @@ def _append_one_percent(
         data = orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
         with path.open("ab") as handle:
             handle.write(data)
+        if journal is not None:
+            journal.note(path, [len(data)], [line])
         added += len(data)
+    if journal is not None:
+        journal.close()
     return added, original
 
 

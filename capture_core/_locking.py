@@ -17,9 +17,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 __all__ = [
+    "Appended",
     "LockedFd",
     "append_line",
     "fsync_dir",
@@ -131,7 +132,18 @@ def _current_size(fd: int, path: str) -> int | None:
     return held.st_size
 
 
-def append_line(path: str | os.PathLike[str], line: bytes) -> tuple[int, bool]:
+class Appended(NamedTuple):
+    """Where an appended line landed, and the file as the append left it."""
+
+    written: int  # bytes appended (the line, and a newline closing a torn one before it)
+    created: bool  # this append created the file
+    offset: int  # where the line starts
+    size: int  # the file's size, mtime and inode right after the append
+    mtime_ns: int
+    inode: int
+
+
+def append_line(path: str | os.PathLike[str], line: bytes) -> Appended:
     """Append ``line`` to ``path`` under its exclusive lock and fsync it.
 
     If the file ends without a newline (a writer died mid-line), a newline is written first so
@@ -139,29 +151,35 @@ def append_line(path: str | os.PathLike[str], line: bytes) -> tuple[int, bool]:
     file is cut back to its previous length, so a failed append leaves no half line behind.
 
     Returns:
-        The number of bytes appended and whether this call created the file.
+        The bytes appended, whether this call created the file, where the line starts, and
+        the file's size, mtime and inode after the append (one ``fstat`` under the lock).
 
     Example:
-        >>> append_line(Path("/tmp/x.capture.jsonl"), b'{"a": 1}\\n')  # doctest: +SKIP
-        (9, True)
+        >>> append_line(Path("/tmp/x.capture.jsonl"), b'{"a": 1}\\n')[:3]  # doctest: +SKIP
+        (9, True, 0)
     """
     flags = os.O_RDWR | os.O_APPEND  # read access to look at the last byte
     with locked_fd(path, flags, exclusive=True, create=True) as held:
         if held is None:  # cannot happen with create=True; keeps the type narrow
             raise FileNotFoundError(errno.ENOENT, "capture file vanished", os.fspath(path))
         size = held.size
+        offset = size
         if size and os.pread(held.fd, 1, size - 1) != b"\n":
             line = b"\n" + line
+            offset += 1
         try:
             write_all(held.fd, line)
             os.fsync(held.fd)
+            after = os.fstat(held.fd)
         except OSError:
             # We still hold the lock, so every byte past ``size`` is ours. If the cut fails
             # too, the original error is what matters; a torn line reads as damaged.
             with contextlib.suppress(OSError):
                 os.ftruncate(held.fd, size)
             raise
-        return len(line), held.created
+        return Appended(
+            len(line), held.created, offset, after.st_size, after.st_mtime_ns, after.st_ino
+        )
 
 
 def read_locked(path: str | os.PathLike[str]) -> bytes | None:

@@ -35,6 +35,7 @@ from capture_core._lines import (
     paused_gc,
 )
 from capture_core._locking import (
+    Appended,
     append_line,
     fsync_dir,
     locked_fd,
@@ -178,18 +179,28 @@ class CaptureStore:
             >>> store.record("3-2", {"model_call_id": "c1", "dialect": "chat"})
             40
         """
+        return self.append(rollout_id, line).written
+
+    def append(self, rollout_id: str, line: RawCaptureLine | Mapping[str, Any]) -> Appended:
+        """``record``, telling where the line landed: its offset and the file's size, mtime
+        and inode right after it (what the capture server's facts journal notes).
+
+        Example:
+            >>> store.append("3-2", {"model_call_id": "c2", "dialect": "chat"}).offset
+            41
+        """
         # A plain string path: building a Path costs more than the system calls it names.
         path = f"{self._root_text}/{validate_rollout_id(rollout_id)}{DATA_SUFFIX}"
         payload = _serialize(line, path)
         try:
-            written, created = append_line(path, payload)
-            if created:
+            appended = append_line(path, payload)
+            if appended.created:
                 fsync_dir(self._root)
         except OSError as exc:
             raise CaptureStoreError(
                 f"could not append a capture line: {os_reason(exc)}", path=Path(path)
             ) from exc
-        return written
+        return appended
 
     def read(self, rollout_id: str, *, strict: bool = False) -> CaptureRead:
         """Read the raw lines of a rollout's capture file.

@@ -12,6 +12,8 @@ When a capture server starts it registers in the directory:
   new log and never touches the old ones.
 - ``.pending/<token>.slots``: the marks of its calls in flight, one fixed slot each (see
   :mod:`capture_core.pending`), written with one ``pwrite`` per mark and per unmark.
+- ``.facts/<token>.jsonl``: the facts journal (:mod:`capture_core.facts_journal`), one entry
+  per captured line, which lets readers build rows without reading the lines' bodies.
 
 One spare descriptor is kept open too: when an append fails for want of descriptors, it is
 closed to make room for one more try.
@@ -29,13 +31,14 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import orjson
 
-from capture_core._locking import fsync_dir, write_all
+from capture_core._locking import Appended, fsync_dir, write_all
+from capture_core.facts_journal import FactsJournal
 from capture_core.pending import (
     LOCK_SUFFIX,
     PENDING_DIR,
@@ -131,6 +134,7 @@ class CaptureWriter:
         self._spare: int | None = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         self._spare_lock = threading.Lock()
         self._failure_lock = threading.Lock()
+        self.journal = FactsJournal(self.root, self.token)
 
     def _grow(self) -> None:
         """Add as many blank slots as there are (at least :data:`SLOTS_AT_START`)."""
@@ -183,6 +187,10 @@ class CaptureWriter:
                 with contextlib.suppress(OSError):
                     self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
 
+    def note_facts(self, rollout_file: str, appended: Appended, line: Mapping[str, Any]) -> None:
+        """Journal a line just appended to ``rollout_file`` (never raises)."""
+        self.journal.note(rollout_file, appended, line)
+
     def record_failure(self, failure: CaptureFailure) -> None:
         """Append one failure to the log and make it durable.
 
@@ -200,6 +208,9 @@ class CaptureWriter:
         (:func:`~capture_core.pending.sweep_markers` reports and removes them). The failure log
         always stays; the space reserved beyond its end is given back."""
         tidy = getattr(self, "_slots", None) is not None and not self._in_use
+        journal = getattr(self, "journal", None)
+        if journal is not None:
+            journal.close()
         if getattr(self, "_failures", None) is not None:
             with contextlib.suppress(OSError):  # cut at its own size: frees the reservation
                 os.ftruncate(self._failures, os.fstat(self._failures).st_size)

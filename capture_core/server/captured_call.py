@@ -39,7 +39,7 @@ from capture_core.server.large_lines import LARGE_LINE_BYTES, append_exchange
 from capture_core.server.logs import RateLimitedLogger
 from capture_core.server.proxy import CLIENT_GONE_KEY, TRANSPORT_ERROR_KEY
 from capture_core.server.training import MODEL_CALL_ID_KEY
-from capture_core.store import CaptureStore
+from capture_core.store import DATA_SUFFIX, CaptureStore
 from capture_core.writers import out_of_descriptors
 
 if TYPE_CHECKING:
@@ -292,16 +292,19 @@ class CapturedCall:
         return written
 
     def _append(self, exchange: Exchange, category: str | None) -> int:
+        writer = self.owner.writer
         try:
-            return append_exchange(self.store, self.rollout_id, exchange, category)
+            appended, line = append_exchange(self.store, self.rollout_id, exchange, category)
         except CaptureStoreError as exc:
-            writer = self.owner.writer
             if writer is None or not out_of_descriptors(exc):
                 raise
             # Out of descriptors: free the spare one and try once more.
-            return writer.with_spare_descriptor(
+            appended, line = writer.with_spare_descriptor(
                 lambda: append_exchange(self.store, self.rollout_id, exchange, category)
             )
+        if writer is not None:
+            writer.note_facts(f"{self.rollout_id}{DATA_SUFFIX}", appended, line)
+        return appended.written
 
     def _failed(self, exc: Exception) -> bool:
         """Log and record a failed write; whether it is on disk (the failure log, or at least

@@ -18,8 +18,9 @@ import signal
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Final
+from typing import Any, Final
 
+from capture_core._locking import Appended
 from capture_core.exceptions import CaptureStoreError, LineEncodingError
 from capture_core.server.exchange import Exchange
 from capture_core.store import CaptureStore
@@ -31,12 +32,15 @@ LARGE_LINE_BYTES: Final = 8 * 1024 * 1024
 
 def append_exchange(
     store: CaptureStore, rollout_id: str, exchange: Exchange, failure: str | None
-) -> int:
-    """Append the exchange's line; bodies too deep to encode again are kept as raw text."""
+) -> tuple[Appended, dict[str, Any]]:
+    """Append the exchange's line; bodies too deep to encode again are kept as raw text.
+    Returns where it landed and the line as it was written (a mapping)."""
+    line = exchange.line(failure)
     try:
-        return store.record(rollout_id, exchange.line(failure))
+        return store.append(rollout_id, line), line
     except LineEncodingError:
-        return store.record(rollout_id, exchange.line(failure, objects=False))
+        line = exchange.line(failure, objects=False)
+        return store.append(rollout_id, line), line
 
 
 def _ignore_interrupts() -> None:
@@ -51,7 +55,7 @@ def _append_in_worker(
     """Runs in the worker process: ``(bytes written, None)`` or ``(None, why not)`` (errors
     come back as text: a store error does not survive pickling whole)."""
     try:
-        return append_exchange(CaptureStore(root), rollout_id, exchange, failure), None
+        return append_exchange(CaptureStore(root), rollout_id, exchange, failure)[0].written, None
     except Exception as exc:
         return None, f"{type(exc).__name__}: {exc}"
 

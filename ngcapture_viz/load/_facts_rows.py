@@ -28,7 +28,8 @@ __all__ = ["FactsRows"]
 class FactsRows:
     """Accumulates ``FastLine`` structs with where each line is."""
 
-    def __init__(self) -> None:
+    def __init__(self, kind: type[FastLine] = FastLine) -> None:
+        self.kind = kind  # FastLine, or a subclass (journal entries)
         self.lines: list[FastLine] = []
         self.rollout_ids: list[str] = []
         self.call_indexes: list[int] = []
@@ -81,7 +82,7 @@ class FactsRows:
 
     def frames(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """The ``calls`` and ``tool_calls`` rows (``run`` null, as ``CallColumns`` leaves it)."""
-        line = _columns(self.lines, FastLine)
+        line = _columns(self.lines, self.kind)
         facts = line["ngcapture_facts"]
         fact = _columns(facts, _Facts)
         refs = line["model_ref"]

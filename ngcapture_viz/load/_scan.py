@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections import defaultdict
 from dataclasses import dataclass, field
+from stat import S_ISREG
 from typing import Final
 
 import msgspec
@@ -23,11 +25,13 @@ import polars as pl
 
 from capture_core import InvalidRecordError, paused_gc
 from capture_core._lines import TORN_REASON
+from capture_core.facts_journal import JOURNAL_DIR
 from ngcapture_viz.frames.calls import CallColumns
 from ngcapture_viz.frames.gaps import AnalysisGap, GapRows
 from ngcapture_viz.frames.tool_calls import ToolCallColumns
 from ngcapture_viz.load._decode import CallValues, FactsMismatch, LineDecoder, NotAnObject
 from ngcapture_viz.load._facts_rows import FactsRows
+from ngcapture_viz.load._journal import Coverage, JournalChanged, JournalLine, Journals
 from ngcapture_viz.load._line_types import (
     FastLine,
     decode_fast,
@@ -131,7 +135,12 @@ def scan_files(tasks: list[FileTask], *, verify: bool = False) -> ScanResult:
     # resumes: its first pass then has a few frames to walk, not every row.
     with paused_gc():
         scanner = _Scanner(verify=verify)
-        for task in tasks:
+        # ``verify`` recomputes every line's facts from its bodies: never from a journal.
+        try:
+            rest = tasks if verify else scanner.from_journals(tasks)
+        except JournalChanged:  # rewritten under us (entries are only ever appended): read all
+            scanner, rest = _Scanner(verify=verify), tasks
+        for task in rest:
             scanner.scan(task)
         return scanner.result()
 
@@ -183,6 +192,96 @@ class _Scanner:
         self.states: list[FileState] = []
         self.unreadable: list[tuple[str, str]] = []
         self.parsed = 0
+        self.journal = FactsRows(JournalLine)
+        self.from_journal = 0
+
+    def from_journals(self, tasks: list[FileTask]) -> list[FileTask]:
+        """Rows of the files our servers' facts journals account for (read from the start,
+        not modified within the racy window); returns the tasks left to read line by line."""
+        rest: list[FileTask] = []
+        by_directory: dict[str, list[FileTask]] = defaultdict(list)
+        for task in tasks:
+            (by_directory[os.path.dirname(task.path)] if task.start == 0 else rest).append(task)
+        for directory, group in by_directory.items():
+            if not os.path.isdir(os.path.join(directory, JOURNAL_DIR)):
+                rest += group
+                continue
+            stats: dict[str, os.stat_result] = {}
+            for task in group:
+                try:
+                    stat = os.stat(task.path, follow_symlinks=False)
+                except OSError:
+                    continue  # read line by line: that reports why it is unreadable
+                if S_ISREG(stat.st_mode) and not is_racy(stat.st_mtime_ns, task.scan_ns):
+                    stats[os.path.basename(task.path)] = stat
+            journals = Journals(directory, stats)
+            wanted: dict[tuple[int, int], tuple[FileTask, int]] = {}
+            for task in group:
+                coverage = journals.covered.get(os.path.basename(task.path))
+                state = self._journal_state(task, coverage) if coverage is not None else None
+                if coverage is None or state is None:
+                    rest.append(task)
+                    continue
+                self.states.append(state)
+                for number, position in enumerate(coverage.entries):
+                    wanted[position] = (task, number)
+            taken = 0
+            for position, line in journals.lines(wanted):
+                taken += 1
+                task, number = wanted[position]
+                index, line_number = task.call_index + number, task.line + number
+                self.journal.add(line, task.rollout_id, index, line_number, line.offset,
+                                 line.length, task.path)  # fmt: skip
+                if len(self.journal) >= CHUNK_ROWS:
+                    self.frames.append(self.journal.frames())
+                    self.journal = FactsRows(JournalLine)
+            if taken != len(wanted):
+                raise JournalChanged(directory)
+            self.from_journal += taken
+        return rest
+
+    def _journal_state(self, task: FileTask, coverage: Coverage) -> FileState | None:
+        """The index's state of a file read from the journal: its head and tail hashed as a
+        read would (so a later append is told from a rewrite); ``None`` when the file is not
+        the one the journal describes any more."""
+        try:
+            fd = os.open(task.path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return None
+        try:
+            stat = os.fstat(fd)
+            if (stat.st_size, stat.st_mtime_ns, stat.st_ino) != (
+                coverage.size,
+                coverage.mtime_ns,
+                coverage.inode,
+            ):
+                return None
+            size = coverage.size
+            if size <= 2 * _PROBE:
+                data = os.pread(fd, size, 0)
+                head = _digest(memoryview(data)[: min(_PROBE, size)])
+                tail = head if size <= _PROBE else _digest(memoryview(data)[size - _PROBE :])
+            else:
+                head = fingerprint(fd, 0, _PROBE)
+                tail = fingerprint(fd, size - _PROBE, size)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        count = len(coverage.entries)
+        return FileState(
+            name=task.name,
+            rollout_id=task.rollout_id,
+            size=size,
+            mtime_ns=coverage.mtime_ns,
+            inode=coverage.inode,
+            consumed=size,
+            next_call_index=task.call_index + count,
+            next_line=task.line + count,
+            head_hash=head,
+            tail_hash=tail,
+            scanned_ns=task.scan_ns,
+        )
 
     def scan(self, task: FileTask) -> None:
         try:
@@ -204,7 +303,12 @@ class _Scanner:
             self.calls, self.tools = CallColumns(), ToolCallColumns()
 
     def result(self) -> ScanResult:
+        if len(self.journal):
+            self.frames.append(self.journal.frames())
         self._flush()
+        decoded = dict(self.decoder.counts)
+        if self.from_journal:
+            decoded["journal"] = self.from_journal
         calls = pl.concat([c for c, _ in self.frames], rechunk=len(self.frames) > 1)
         tools = pl.concat([t for _, t in self.frames], rechunk=len(self.frames) > 1)
         return ScanResult(
@@ -214,7 +318,7 @@ class _Scanner:
             states=self.states,
             unreadable=self.unreadable,
             bytes_parsed=self.parsed,
-            decoded=dict(self.decoder.counts),
+            decoded=decoded,
         )
 
     def _scan_one(self, task: FileTask, read: _FileBytes) -> tuple[FileState, int]:

@@ -1,0 +1,153 @@
+"""The facts journal: where each captured line landed, with the facts a reader needs of it.
+
+A capture server appends one entry per captured call to ``.facts/<writer token>.jsonl`` in the
+capture directory, right after the call's line is durable: the file, the line's offset and
+length, the file's size, mtime and inode as that append left them, the line's envelope fields
+(``model_call_id``, ``dialect``, timestamps, latencies, status, error category, model ref) and
+its ``ngcapture_facts``. A reader that finds a capture file exactly as the journal's last entry
+for it left it (same size, mtime and inode; every byte covered by the entries, line after
+line) builds that file's rows from the journal and never reads the capture file's bodies;
+any other file (written by another writer, appended to since, damaged, torn) is read from its
+own lines as before. The journal is a cache, not evidence: it is not fsynced, a crash can lose
+its last entries (their files are then read the slow way), and deleting it loses nothing.
+
+Only lines a reader would read from their facts get an entry: lines carrying facts of the
+current :data:`~capture_core.facts.FACTS_VERSION`. One ``write`` per entry on a descriptor
+opened at start-up (``O_APPEND``: entries of concurrent writer threads never interleave).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+from capture_core._locking import Appended, write_all
+from capture_core.facts import FACTS_KEY, FACTS_VERSION
+from capture_core.records import ModelRef
+
+__all__ = [
+    "ENVELOPE_KEYS",
+    "JOURNAL_DIR",
+    "JOURNAL_SUFFIX",
+    "FactsJournal",
+    "FactsJournalEntry",
+    "journal_entry",
+]
+
+JOURNAL_DIR: Final = ".facts"
+JOURNAL_SUFFIX: Final = ".jsonl"
+#: The capture line's fields an entry repeats (besides its facts).
+ENVELOPE_KEYS: Final = (
+    "model_call_id",
+    "dialect",
+    "model_ref",
+    "started_at",
+    "completed_at",
+    "latency_ms",
+    "latency_ttft_ms",
+    "status_code",
+    "error_category",
+)
+
+
+class FactsJournalEntry(BaseModel):
+    """One line of a facts journal (the server writes it with ``orjson``; this model is its
+    documented shape, and what tests validate entries against)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    file: str = Field(description="The capture file's name, in the same directory.")
+    offset: int = Field(ge=0, description="Byte offset of the line in the file.")
+    length: int = Field(ge=0, description="The line's length in bytes, without its newline.")
+    size: int = Field(ge=0, description="The file's size right after this append.")
+    mtime_ns: int = Field(description="The file's mtime (ns) right after this append.")
+    inode: int = Field(ge=0, description="The file's inode.")
+    model_call_id: str
+    dialect: str
+    model_ref: ModelRef | None = None
+    started_at: float | None = None
+    completed_at: float | None = None
+    latency_ms: float | None = None
+    latency_ttft_ms: float | None = None
+    status_code: int | None = None
+    error_category: str | None = None
+    ngcapture_facts: dict[str, Any] = Field(description="The line's facts, as in the line.")
+
+
+def journal_entry(file_name: str, appended: Appended, line: Mapping[str, Any]) -> bytes | None:
+    """The journal line for ``line`` (a capture line as a mapping) just appended to
+    ``file_name``; ``None`` when the line carries no facts of the current version (a reader
+    reads such a line from its bodies, so the journal has nothing to save it)."""
+    facts = line.get(FACTS_KEY)
+    if not isinstance(facts, Mapping) or facts.get("v") != FACTS_VERSION:
+        return None
+    entry: dict[str, Any] = {
+        "file": file_name,
+        "offset": appended.offset,
+        # The line is the file's last bytes: the append held the file's lock.
+        "length": appended.size - appended.offset - 1,
+        "size": appended.size,
+        "mtime_ns": appended.mtime_ns,
+        "inode": appended.inode,
+    }
+    for key in ENVELOPE_KEYS:
+        if key in line:
+            entry[key] = line[key]
+    entry[FACTS_KEY] = facts
+    return orjson.dumps(entry, default=str, option=orjson.OPT_APPEND_NEWLINE)
+
+
+class FactsJournal:
+    """A server's journal, opened once and appended to by its writer threads.
+
+    Writing an entry never raises: a failure is counted (``failures``) and the entry is lost,
+    which only means its file is read from its lines.
+    """
+
+    def __init__(self, root: Path, token: str) -> None:
+        directory = Path(root) / JOURNAL_DIR
+        directory.mkdir(exist_ok=True)
+        self.path = directory / f"{token}{JOURNAL_SUFFIX}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+        self._fd: int | None = os.open(self.path, flags, 0o644)
+        self._torn = threading.Lock()
+        self.entries = 0
+        self.failures = 0
+
+    def note(self, rollout_file: str, appended: Appended, line: Mapping[str, Any]) -> None:
+        """Journal ``line``, just appended to ``rollout_file`` (a name in the directory)."""
+        fd = self._fd
+        if fd is None:
+            return
+        try:
+            entry = journal_entry(rollout_file, appended, line)
+        except (TypeError, ValueError):
+            self.failures += 1
+            return
+        if entry is None:
+            return
+        try:
+            written = os.write(fd, entry)  # one write: O_APPEND keeps it whole
+        except OSError:
+            self.failures += 1
+            return
+        if written != len(entry):  # short (disk full): end it so the next entry stays whole
+            self.failures += 1
+            with self._torn, contextlib.suppress(OSError):
+                write_all(fd, b"\n")
+            return
+        self.entries += 1
+
+    def close(self) -> None:
+        """Close the journal (idempotent); it stays on disk for readers."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)

@@ -1,0 +1,276 @@
+"""Rows from the capture server's facts journal (issue 19), against today's reader.
+
+Stores are written the way the server writes them: ``CaptureStore.append`` then
+``CaptureWriter.note_facts``. Every file the journal accounts for must give the rows and index
+state the lines themselves give (the oracle is ``_reference_scan``, the reader as it was); every
+file it does not (edited, appended to by another writer, torn, rewritten, lines missing from the
+journal, a damaged journal) must be read from its lines, and the rows still be the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+import ngcapture_viz as ngv
+from capture_core import CaptureStore
+from capture_core.facts import FACTS_KEY, call_facts
+from capture_core.facts_journal import JOURNAL_DIR, FactsJournalEntry, journal_entry
+from capture_core.store import DATA_SUFFIX
+from capture_core.testing import CaptureLineFactory
+from capture_core.writers import CaptureWriter
+from ngcapture_viz.load import _journal, _scan
+from ngcapture_viz.load import index as index_module
+from tests.ngcapture_viz import _reference_scan as reference
+
+#: A scan this far after the files were written does not find them racy.
+LATER_NS = 60 * 1_000_000_000
+
+
+def _lines(seed: int, n: int) -> Iterator[dict[str, Any]]:
+    factory = CaptureLineFactory(seed=seed, error_rate=0.2, truncation_rate=0.2)
+    for line in factory.lines(n):
+        data = line.to_json_dict()
+        yield {**data, FACTS_KEY: call_facts(data["dialect"], data["request"], data["response"])}
+
+
+def _store(root: Path, files: int = 24, seed: int = 3) -> dict[str, int]:
+    """Rollout files written through a writer that journals them; lines per rollout id."""
+    store = CaptureStore(root, create=True)
+    writer = CaptureWriter(root)
+    counts: dict[str, int] = {}
+    lines = _lines(seed, files * 6)
+    try:
+        for number in range(files):
+            rollout = f"{number}-0"
+            counts[rollout] = 1 + number % 6
+            for _ in range(counts[rollout]):
+                _append(store, writer, rollout, next(lines))
+    finally:
+        writer.close()
+    return counts
+
+
+def _append(store: CaptureStore, writer: CaptureWriter, rollout: str, line: dict[str, Any]) -> None:
+    writer.note_facts(f"{rollout}{DATA_SUFFIX}", store.append(rollout, line), line)
+
+
+def _tasks(module: Any, root: Path, scan_ns: int) -> list[Any]:
+    names = sorted(n for n in os.listdir(root) if n.endswith(DATA_SUFFIX))
+    return [
+        module.FileTask(str(root / n), n, n.removesuffix(DATA_SUFFIX), scan_ns=scan_ns)
+        for n in names
+    ]
+
+
+def _scan_same(root: Path, *, later: bool = True, verify: bool = False) -> _scan.ScanResult:
+    """The scan (journal and all) gives the reference reader's rows and states; returns it."""
+    scan_ns = time.time_ns() + (LATER_NS if later else 0)
+    old = reference.scan_files(_tasks(reference, root, scan_ns))
+    new = _scan.scan_files(_tasks(_scan, root, scan_ns), verify=verify)
+    assert_frame_equal(
+        new.calls.sort("path", "call_index"), old.calls.sort("path", "call_index"), check_exact=True
+    )
+    order = ("rollout_id", "call_index", "tool_index")
+    assert_frame_equal(new.tool_calls.sort(order), old.tool_calls.sort(order), check_exact=True)
+    damaged = ("path", "call_index", "code")
+    if not verify:
+        assert_frame_equal(new.damaged.sort(damaged), old.damaged.sort(damaged), check_exact=True)
+    states = sorted(dataclasses.astuple(s) for s in new.states)
+    assert states == sorted(dataclasses.astuple(s) for s in old.states)
+    return new
+
+
+def _journal_path(root: Path) -> Path:
+    (path,) = (root / JOURNAL_DIR).iterdir()
+    return path
+
+
+def test_every_appended_line_has_an_entry_that_says_where_it_is(tmp_path: Path) -> None:
+    counts = _store(tmp_path)
+    entries = [
+        FactsJournalEntry.model_validate_json(line)
+        for line in _journal_path(tmp_path).read_bytes().splitlines()
+    ]
+    assert len(entries) == sum(counts.values())
+    for entry in entries:
+        data = (tmp_path / entry.file).read_bytes()
+        line = orjson.loads(data[entry.offset : entry.offset + entry.length])
+        assert data[entry.offset + entry.length : entry.offset + entry.length + 1] == b"\n"
+        assert line["model_call_id"] == entry.model_call_id
+        assert line[FACTS_KEY] == entry.ngcapture_facts
+    last = {entry.file: entry for entry in entries}
+    for name, entry in last.items():
+        stat = (tmp_path / name).stat()
+        assert (entry.size, entry.mtime_ns, entry.inode) == (
+            stat.st_size,
+            stat.st_mtime_ns,
+            stat.st_ino,
+        )
+
+
+def test_a_line_without_current_facts_gets_no_entry() -> None:
+    from capture_core._locking import Appended
+
+    at = Appended(10, True, 0, 10, 1, 1)
+    assert journal_entry("a.capture.jsonl", at, {"model_call_id": "c", "dialect": "chat"}) is None
+    old = {"model_call_id": "c", "dialect": "chat", FACTS_KEY: {"v": 0}}
+    assert journal_entry("a.capture.jsonl", at, old) is None
+
+
+def test_a_journaled_store_is_read_from_its_journal_with_the_same_rows(tmp_path: Path) -> None:
+    counts = _store(tmp_path)
+    result = _scan_same(tmp_path)
+    assert result.decoded.get("journal") == sum(counts.values())
+    assert result.decoded["facts"] == result.decoded["bodies"] == 0
+
+
+def test_files_modified_within_the_racy_window_are_read_from_their_lines(tmp_path: Path) -> None:
+    _store(tmp_path)
+    result = _scan_same(tmp_path, later=False)
+    assert "journal" not in result.decoded
+
+
+def test_verify_never_reads_the_journal(tmp_path: Path) -> None:
+    _store(tmp_path, files=6)
+    result = _scan_same(tmp_path, verify=True)
+    assert "journal" not in result.decoded
+    assert result.decoded["bodies"] > 0
+
+
+def _flip(path: Path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] = ord("#") if data[at] != ord("#") else ord("%")
+    path.write_bytes(bytes(data))
+
+
+def test_files_the_journal_does_not_account_for_are_read_from_their_lines(tmp_path: Path) -> None:
+    counts = _store(tmp_path)
+    store = CaptureStore(tmp_path)
+    spare = _lines(99, 20)
+    touched = {}
+    # A byte of a body changed (same size, the mtime moves).
+    body = tmp_path / f"1-0{DATA_SUFFIX}"
+    _flip(body, body.read_bytes().index(b'"request":{') + 10)  # JSON no more
+    touched["1-0"] = counts["1-0"]
+    # A line another writer appended (no entry).
+    store.record("2-0", next(spare))
+    touched["2-0"] = counts["2-0"] + 1
+    # A torn tail.
+    with open(tmp_path / f"3-0{DATA_SUFFIX}", "ab") as file:
+        file.write(b'{"model_call_id": "torn", "dial')
+    touched["3-0"] = counts["3-0"] + 1
+    # A line in the middle without its entry, then journaled ones after it.
+    writer = CaptureWriter(tmp_path)
+    try:
+        store.record("4-0", next(spare))
+        _append(store, writer, "4-0", next(spare))
+        touched["4-0"] = counts["4-0"] + 2
+        # Cleared and written again: a new inode, and entries of the old one in the journal.
+        store.clear("5-0")
+        for _ in range(2):
+            _append(store, writer, "5-0", next(spare))
+        touched["5-0"] = 2
+    finally:
+        writer.close()
+    # Written by another writer alone.
+    for _ in range(3):
+        store.record("other-0", next(spare))
+    touched["other-0"] = 3
+    result = _scan_same(tmp_path)
+    from_journal = sum(counts.values()) - sum(counts[r] for r in touched if r in counts)
+    # 5-0, rewritten and journaled again, is read from the journal when its new inode differs
+    # from the old; a reused inode number makes the old entries' offsets repeat: its lines.
+    assert from_journal <= result.decoded["journal"] <= from_journal + 2
+    assert result.damaged.height >= 2  # the flipped body and the torn tail
+
+
+def test_a_damaged_journal_costs_only_the_files_of_its_bad_entries(tmp_path: Path) -> None:
+    counts = _store(tmp_path)
+    path = _journal_path(tmp_path)
+    entries = path.read_bytes().splitlines(keepends=True)
+    lost = {orjson.loads(entries[i])["file"] for i in (3, 10)}
+    entries[3] = entries[3][:40] + b"\n"  # not JSON
+    entry = orjson.loads(entries[10])
+    entry[FACTS_KEY]["v"] = 99  # facts of another version
+    entries[10] = orjson.dumps(entry) + b"\n"
+    path.write_bytes(b"".join(entries) + b'{"file": "torn')  # and a torn last entry
+    result = _scan_same(tmp_path)
+    expected = sum(n for r, n in counts.items() if f"{r}{DATA_SUFFIX}" not in lost)
+    assert len(lost) == 2 and result.decoded.get("journal") == expected
+    assert result.decoded["facts"] == sum(counts.values()) - expected
+
+
+def test_large_journals_are_decoded_again_a_chunk_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counts = _store(tmp_path, files=30)
+    monkeypatch.setattr(_journal, "KEEP_BYTES", 0)
+    monkeypatch.setattr(_journal, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(_scan, "CHUNK_ROWS", 16)
+    result = _scan_same(tmp_path)
+    assert result.decoded.get("journal") == sum(counts.values())
+
+
+def test_a_journal_changed_between_its_passes_falls_back_to_the_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _store(tmp_path, files=8)
+    lines = _journal.Journals.lines
+
+    def one_short(self: _journal.Journals, wanted: Any) -> Iterator[Any]:
+        yield from list(lines(self, wanted))[1:]
+
+    monkeypatch.setattr(_journal.Journals, "lines", one_short)
+    result = _scan_same(tmp_path)
+    assert "journal" not in result.decoded and result.decoded["facts"] > 0
+
+
+def test_open_run_and_its_index_refresh_read_the_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cold and +1 % opens of a journaled store equal opens of the same store read line by
+    line (the journal moved away); the refresh re-reads only the appended files."""
+    for module in (_scan, index_module):
+        monkeypatch.setattr(module, "RACY_NS", 0)  # files written a moment ago count as old
+    root = tmp_path / "calls"
+    counts = _store(root, files=20)
+    run = ngv.open_run(root, progress=False, index_dir=tmp_path / "index")
+    assert run.index_stats is not None
+    assert run.index_stats.decoded.get("journal") == sum(counts.values())
+    _same_as_lines(run, root, tmp_path)
+    store, writer = CaptureStore(root), CaptureWriter(root)
+    try:
+        for line, rollout in zip(_lines(7, 3), ("0-0", "1-0", "new-0"), strict=True):
+            _append(store, writer, rollout, line)
+    finally:
+        writer.close()
+    again = ngv.open_run(root, progress=False, index_dir=tmp_path / "index")
+    assert again.index_stats is not None
+    assert (again.index_stats.appended, again.index_stats.new) == (2, 1)
+    _same_as_lines(again, root, tmp_path)
+
+
+def _same_as_lines(run: Any, root: Path, tmp_path: Path) -> None:
+    hidden = tmp_path / "hidden-journal"
+    os.rename(root / JOURNAL_DIR, hidden)
+    try:
+        lines = ngv.open_run(root, progress=False, index=False)
+    finally:
+        os.rename(hidden, root / JOURNAL_DIR)
+    for name in ("calls", "tool_calls", "gaps", "rollouts"):
+        mine, theirs = getattr(run, name), getattr(lines, name)
+        keys = [c for c in ("rollout_id", "call_index", "tool_index", "code") if c in mine.columns]
+        assert_frame_equal(
+            mine.sort(keys, nulls_last=True), theirs.sort(keys, nulls_last=True), check_exact=True
+        )
+    assert pl.Series(run.calls["path"]).null_count() == 0
