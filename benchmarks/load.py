@@ -279,18 +279,18 @@ def _append_one_percent(
     store: Path, info: dict[str, Any], seed: int
 ) -> tuple[int, dict[Path, int]]:
     """Append 1% more calls to random rollouts (lines as the rest of the store: with facts
-    when it has them); returns the bytes added and original sizes."""
+    when it has them); returns the bytes added and the files' sizes and mtimes before."""
     rng = random.Random(seed)
     factory = CaptureLineFactory(seed=10_000 + seed)
     files = sorted(store.glob("*.capture.jsonl"))
-    original: dict[Path, int] = {}
+    original: dict[Path, tuple[int, int]] = {}
     added = 0
     journal = _Journal(store) if info.get("journal") else None
     if journal is not None:  # cut back with the files, so the store stays as it was built
-        original[journal.path] = journal.path.stat().st_size
+        original[journal.path] = _size_mtime(journal.path)
     for _ in range(max(1, info["calls"] // 100)):
         path = rng.choice(files)
-        original.setdefault(path, path.stat().st_size)
+        original.setdefault(path, _size_mtime(path))
         line = factory.line().to_json_dict()
         if info.get("facts", True):
             line[FACTS_KEY] = call_facts(line["dialect"], line["request"], line["response"])
@@ -305,9 +305,17 @@ def _append_one_percent(
     return added, original
 
 
-def _restore(original: dict[Path, int]) -> None:
-    for path, size in original.items():
+def _size_mtime(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns
+
+
+def _restore(original: dict[Path, tuple[int, int]]) -> None:
+    """Cut the files back and give them their mtimes again: the store is then the one its
+    facts journal describes (a file whose mtime moved would be read from its lines)."""
+    for path, (size, mtime_ns) in original.items():
         os.truncate(path, size)
+        os.utime(path, ns=(mtime_ns, mtime_ns))
 
 
 _VARIANTS = (
@@ -348,7 +356,7 @@ def run(*, quick: bool = False) -> list[dict[str, Any]]:
             continue
         results["open_run warm"] = [_measure("open_run warm", store) for _ in range(3)]
         increments: list[dict[str, Any]] = []
-        originals: dict[Path, int] = {}
+        originals: dict[Path, tuple[int, int]] = {}
         for n in range(3 if not quick else 1):
             _measure("open_run warm", store)  # the index is up to date before appending
             added, original = _append_one_percent(store, info, seed=n)

@@ -15,18 +15,19 @@ the journal accounts for every byte of it as it is now:
 Anything else (another writer's lines, a torn or damaged line, an entry lost in a crash, an
 edit) leaves the file to ``_scan``'s readers, so a row from the journal is the row the file's
 line would give (the same ``FactsRows`` code builds both). ``verify`` never uses the journal.
-Journals are decoded in chunks; up to ``KEEP_BYTES`` in all the entries are kept from the pass
-that decides which files they cover; beyond, the rows' entries are decoded again, one chunk at
-a time, so a store of millions of calls never holds all its entries at once.
+Journals are decoded in chunks. Up to ``KEEP_ENTRIES`` entries are kept from the pass that
+decides which files they cover; beyond, the rows' entries are decoded again, one chunk at a
+time, so a store of millions of calls never holds all its entries at once. An index refresh
+that reads few files decodes most entries only as far as their file name.
 """
 
 from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Any, Final
 
 import msgspec
 
@@ -44,6 +45,13 @@ class JournalChanged(Exception):
     """A journal no longer held an entry the first pass had read (rewritten meanwhile)."""
 
 
+class _Where(msgspec.Struct):
+    """Where an entry's line is: all a sparse first pass decodes of most entries."""
+
+    file: str
+    inode: int
+
+
 class JournalLine(FastLine, kw_only=True):
     """A journal entry: the fields ``FastLine`` reads of a capture line, and where it is."""
 
@@ -55,13 +63,13 @@ class JournalLine(FastLine, kw_only=True):
     inode: int
 
 
-T = TypeVar("T")
 _LINE = msgspec.json.Decoder(JournalLine)
+_WHERE = msgspec.json.Decoder(_Where)
 
 
-#: Journals up to this many bytes in all are decoded once, their entries kept between the two
-#: passes; larger ones are decoded again in the second pass, one chunk at a time.
-KEEP_BYTES: Final = 128 * 1024 * 1024
+#: Entries kept from the pass that decides which files the journals cover (~1 KB each);
+#: beyond, they are decoded again for the rows, one chunk at a time.
+KEEP_ENTRIES: Final = 250_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +81,14 @@ class Coverage:
     mtime_ns: int
     inode: int
     entries: tuple[tuple[int, int], ...]
+    offsets: tuple[int, ...]  # where each entry's line starts
+
+    def first_at(self, offset: int) -> int | None:
+        """The number of the entry whose line starts at ``offset`` (``None``: no line does)."""
+        for number, start in enumerate(self.offsets):
+            if start == offset:
+                return number
+        return None
 
 
 def _journal_paths(directory: str) -> list[str]:
@@ -104,56 +120,59 @@ def _chunks(path: str) -> list[bytes]:
     return chunks
 
 
-def _decode_each(decoder: msgspec.json.Decoder[T], chunk: bytes) -> Sequence[T | None]:
-    """``decode_lines`` of ``chunk``; when one line is bad (a torn entry), line by line, with
-    ``None`` for each line that does not decode."""
+def _decode_each(decoder: msgspec.json.Decoder[Any], chunk: bytes) -> Sequence[Any]:
+    """One value per line of ``chunk`` (``decode_lines``); when a line is bad (a torn entry)
+    or blank (which ``decode_lines`` would skip), line by line, ``None`` for such lines."""
     try:
-        return decoder.decode_lines(chunk)
+        found = decoder.decode_lines(chunk)
     except (msgspec.DecodeError, RecursionError):
         pass
-    found: list[T | None] = []
+    else:
+        if len(found) == chunk.count(b"\n"):
+            return found
+    each: list[Any] = []
     for line in chunk.split(b"\n")[:-1]:
         try:
-            found.append(decoder.decode(line) if line.strip() else None)
+            each.append(decoder.decode(line) if line.strip() else None)
         except (msgspec.DecodeError, RecursionError):
-            found.append(None)
-    return found
+            each.append(None)
+    return each
 
 
 class Journals:
     """The facts journals of one directory, and the files among ``stats`` (name → its
-    ``stat`` now) that they account for entirely (``covered``)."""
+    ``stat`` now) that they account for entirely (``covered``).
+
+    ``sparse``: ``stats`` names few of the files the journals cover (an index refresh): each
+    entry is first decoded only as far as where it is, and only entries of those files whole.
+    Entries are kept from the first pass up to ``keep_entries``; beyond, ``lines`` decodes
+    them again, a chunk at a time.
+    """
 
     def __init__(
-        self, directory: str, stats: dict[str, os.stat_result], *, keep_bytes: int = KEEP_BYTES
+        self,
+        directory: str,
+        stats: Mapping[str, os.stat_result],
+        *,
+        sparse: bool = False,
+        keep_entries: int | None = None,
     ) -> None:
-        self.paths = _journal_paths(directory)
-        sizes = [_size(path) for path in self.paths]
-        self._kept: dict[tuple[int, int], JournalLine] | None = (
-            {} if sum(sizes) <= keep_bytes else None
-        )
+        self.paths = _journal_paths(directory) if stats else []
+        self._stats = stats
+        self._sparse = sparse
+        limit = KEEP_ENTRIES if keep_entries is None else keep_entries
+        self._kept: dict[tuple[int, int], JournalLine] | None = {}
         by_file: dict[str, list[tuple[int, int, int, int]]] = defaultdict(list)
         last: dict[str, JournalLine] = {}
-        for journal, path in enumerate(self.paths):
-            index = 0
-            for chunk in _chunks(path):
-                # Whole entries in this pass too: an entry the second pass could not decode
-                # must leave its file to the line readers, not without a row.
-                for line in _decode_each(_LINE, chunk):
-                    position = (journal, index)
-                    index += 1
-                    # Facts of another version: the file is read from its lines.
-                    if line is None or not _current(line):
-                        continue
-                    stat = stats.get(line.file)
-                    if stat is None or line.inode != stat.st_ino:
-                        continue
-                    by_file[line.file].append((line.offset, line.length, *position))
-                    final = last.get(line.file)
-                    if final is None or line.offset > final.offset:
-                        last[line.file] = line
-                    if self._kept is not None:
-                        self._kept[position] = line
+        for position, line in self._entries():
+            by_file[line.file].append((line.offset, line.length, *position))
+            final = last.get(line.file)
+            if final is None or line.offset > final.offset:
+                last[line.file] = line
+            if self._kept is not None:
+                self._kept[position] = line
+                if len(self._kept) > limit:
+                    self._kept = None  # decoded again, a chunk at a time, by ``lines``
         self.covered: dict[str, Coverage] = {}
         for name, entries in by_file.items():
             stat, final = stats[name], last[name]
@@ -170,13 +189,47 @@ class Journals:
                     self.covered[name] = Coverage(
                         name, stat.st_size, stat.st_mtime_ns, stat.st_ino,
                         tuple((journal, index) for _, _, journal, index in entries),
+                        tuple(offset for offset, _, _, _ in entries),
                     )  # fmt: skip
+
+    def _entries(self) -> Iterator[tuple[tuple[int, int], JournalLine]]:
+        """Every entry, decoded whole (so one ``lines`` could not decode never leaves a file
+        without a row), that concerns a file of ``stats`` as it is now (same inode), with
+        facts of the current version; with its position (journal, line)."""
+        stats = self._stats
+        for journal, path in enumerate(self.paths):
+            start = 0
+            for chunk in _chunks(path):
+                if self._sparse:
+                    lines: list[bytes] | None = None
+                    wheres: Sequence[_Where | None] = _decode_each(_WHERE, chunk)
+                    for number, where in enumerate(wheres):
+                        if where is None:
+                            continue
+                        stat = stats.get(where.file)
+                        if stat is None or where.inode != stat.st_ino:
+                            continue
+                        lines = lines if lines is not None else chunk.split(b"\n")
+                        try:
+                            line = _LINE.decode(lines[number])
+                        except (msgspec.DecodeError, RecursionError):
+                            continue
+                        if _current(line):
+                            yield (journal, start + number), line
+                else:
+                    entries: Sequence[JournalLine | None] = _decode_each(_LINE, chunk)
+                    for number, entry in enumerate(entries):
+                        if entry is None or not _current(entry):
+                            continue  # facts of another version: the file is read from its lines
+                        stat = stats.get(entry.file)
+                        if stat is not None and entry.inode == stat.st_ino:
+                            yield (journal, start + number), entry
+                start += chunk.count(b"\n")
 
     def lines(
         self, wanted: Container[tuple[int, int]]
     ) -> Iterator[tuple[tuple[int, int], JournalLine]]:
-        """The entries at the positions ``wanted`` (journal, index), in journal order; when
-        the journals are large, decoded again one chunk at a time."""
+        """The entries at the positions ``wanted`` (journal, index), in journal order."""
         if self._kept is not None:
             kept = self._kept
             self._kept = None  # freed as the rows are taken
@@ -184,23 +237,11 @@ class Journals:
                 if position in wanted:
                     yield position, entry
             return
-        for journal, path in enumerate(self.paths):
-            index = 0
-            for chunk in _chunks(path):
-                for line in _decode_each(_LINE, chunk):
-                    position = (journal, index)
-                    index += 1
-                    if line is not None and position in wanted:
-                        yield position, line
+        for position, entry in self._entries():
+            if position in wanted:
+                yield position, entry
 
 
 def _current(line: JournalLine) -> bool:
     facts = line.ngcapture_facts
     return facts is not None and facts.v == FACTS_VERSION
-
-
-def _size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from stat import S_ISREG
 from typing import Final
@@ -64,8 +65,8 @@ class FileState:
     consumed: int
     next_call_index: int
     next_line: int
-    head_hash: str
-    tail_hash: str
+    head_hash: str | None  # None: read from a facts journal, no byte hashed
+    tail_hash: str | None
     scanned_ns: int = 0
     full_hash: str | None = None
 
@@ -125,11 +126,14 @@ def is_racy(mtime_ns: int, scan_ns: int) -> bool:
     return mtime_ns >= scan_ns - RACY_NS
 
 
-def scan_files(tasks: list[FileTask], *, verify: bool = False) -> ScanResult:
+def scan_files(
+    tasks: list[FileTask], *, verify: bool = False, journals: Mapping[str, Journals] | None = None
+) -> ScanResult:
     """Parse every task's bytes; unreadable files are reported, never raised.
 
     ``verify``: recompute the facts of lines that carry them from their bodies, use the
     recomputed values and report each line whose facts differ (gap ``capture_facts_differ``).
+    ``journals``: the facts journals already read, by directory (others are read here).
     """
     # The frames are built, and the rows they were built from freed, before the collector
     # resumes: its first pass then has a few frames to walk, not every row.
@@ -137,7 +141,7 @@ def scan_files(tasks: list[FileTask], *, verify: bool = False) -> ScanResult:
         scanner = _Scanner(verify=verify)
         # ``verify`` recomputes every line's facts from its bodies: never from a journal.
         try:
-            rest = tasks if verify else scanner.from_journals(tasks)
+            rest = tasks if verify else scanner.from_journals(tasks, journals)
         except JournalChanged:  # rewritten under us (entries are only ever appended): read all
             scanner, rest = _Scanner(verify=verify), tasks
         for task in rest:
@@ -195,35 +199,33 @@ class _Scanner:
         self.journal = FactsRows(JournalLine)
         self.from_journal = 0
 
-    def from_journals(self, tasks: list[FileTask]) -> list[FileTask]:
-        """Rows of the files our servers' facts journals account for (read from the start,
-        not modified within the racy window); returns the tasks left to read line by line."""
+    def from_journals(
+        self, tasks: list[FileTask], given: Mapping[str, Journals] | None = None
+    ) -> list[FileTask]:
+        """Rows of the files our servers' facts journals account for (the index's appends
+        too, from the first entry at the task's start); returns the tasks left to read line
+        by line. ``given``: journals already read, by directory (the index's planner reads
+        them to tell an append from a rewrite); the others are read here."""
         rest: list[FileTask] = []
         by_directory: dict[str, list[FileTask]] = defaultdict(list)
         for task in tasks:
-            (by_directory[os.path.dirname(task.path)] if task.start == 0 else rest).append(task)
+            by_directory[os.path.dirname(task.path)].append(task)
         for directory, group in by_directory.items():
-            if not os.path.isdir(os.path.join(directory, JOURNAL_DIR)):
-                rest += group
-                continue
-            stats: dict[str, os.stat_result] = {}
-            for task in group:
-                try:
-                    stat = os.stat(task.path, follow_symlinks=False)
-                except OSError:
-                    continue  # read line by line: that reports why it is unreadable
-                if S_ISREG(stat.st_mode) and not is_racy(stat.st_mtime_ns, task.scan_ns):
-                    stats[os.path.basename(task.path)] = stat
-            journals = Journals(directory, stats)
+            journals = (given or {}).get(directory)
+            if journals is None:
+                if not os.path.isdir(os.path.join(directory, JOURNAL_DIR)):
+                    rest += group
+                    continue
+                journals = Journals(directory, _stats(group))
             wanted: dict[tuple[int, int], tuple[FileTask, int]] = {}
             for task in group:
                 coverage = journals.covered.get(os.path.basename(task.path))
-                state = self._journal_state(task, coverage) if coverage is not None else None
-                if coverage is None or state is None:
+                first = coverage.first_at(task.start) if coverage is not None else None
+                if coverage is None or first is None:
                     rest.append(task)
                     continue
-                self.states.append(state)
-                for number, position in enumerate(coverage.entries):
+                self.states.append(_journal_state(task, coverage, first))
+                for number, position in enumerate(coverage.entries[first:]):
                     wanted[position] = (task, number)
             taken = 0
             for position, line in journals.lines(wanted):
@@ -239,49 +241,6 @@ class _Scanner:
                 raise JournalChanged(directory)
             self.from_journal += taken
         return rest
-
-    def _journal_state(self, task: FileTask, coverage: Coverage) -> FileState | None:
-        """The index's state of a file read from the journal: its head and tail hashed as a
-        read would (so a later append is told from a rewrite); ``None`` when the file is not
-        the one the journal describes any more."""
-        try:
-            fd = os.open(task.path, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
-            return None
-        try:
-            stat = os.fstat(fd)
-            if (stat.st_size, stat.st_mtime_ns, stat.st_ino) != (
-                coverage.size,
-                coverage.mtime_ns,
-                coverage.inode,
-            ):
-                return None
-            size = coverage.size
-            if size <= 2 * _PROBE:
-                data = os.pread(fd, size, 0)
-                head = _digest(memoryview(data)[: min(_PROBE, size)])
-                tail = head if size <= _PROBE else _digest(memoryview(data)[size - _PROBE :])
-            else:
-                head = fingerprint(fd, 0, _PROBE)
-                tail = fingerprint(fd, size - _PROBE, size)
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
-        count = len(coverage.entries)
-        return FileState(
-            name=task.name,
-            rollout_id=task.rollout_id,
-            size=size,
-            mtime_ns=coverage.mtime_ns,
-            inode=coverage.inode,
-            consumed=size,
-            next_call_index=task.call_index + count,
-            next_line=task.line + count,
-            head_hash=head,
-            tail_hash=tail,
-            scanned_ns=task.scan_ns,
-        )
 
     def scan(self, task: FileTask) -> None:
         try:
@@ -511,6 +470,40 @@ class _Scanner:
             line_number=line,
             byte_offset=offset,
         )
+
+
+def _stats(tasks: list[FileTask]) -> dict[str, os.stat_result]:
+    """``stat`` of each task's file (by name) that a journal may vouch for: a regular file not
+    modified within the racy window of its scan."""
+    stats: dict[str, os.stat_result] = {}
+    for task in tasks:
+        try:
+            stat = os.stat(task.path, follow_symlinks=False)
+        except OSError:
+            continue  # read line by line: that reports why it is unreadable
+        if S_ISREG(stat.st_mode) and not is_racy(stat.st_mtime_ns, task.scan_ns):
+            stats[os.path.basename(task.path)] = stat
+    return stats
+
+
+def _journal_state(task: FileTask, coverage: Coverage, first: int) -> FileState:
+    """The index's state of a file read from the journal. No byte of it was read, so no
+    hashes: a later change is judged by the journal again (an append it vouches for), else
+    the file is read anew."""
+    count = len(coverage.entries) - first
+    return FileState(
+        name=task.name,
+        rollout_id=task.rollout_id,
+        size=coverage.size,
+        mtime_ns=coverage.mtime_ns,
+        inode=coverage.inode,
+        consumed=coverage.size,
+        next_call_index=task.call_index + count,
+        next_line=task.line + count,
+        head_hash=None,
+        tail_hash=None,
+        scanned_ns=task.scan_ns,
+    )
 
 
 def _fast(line: memoryview) -> FastLine | None:

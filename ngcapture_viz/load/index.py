@@ -31,6 +31,7 @@ from typing import Any, Final
 
 import polars as pl
 
+from capture_core.facts_journal import JOURNAL_DIR
 from ngcapture_viz.exceptions import CaptureIndexError
 from ngcapture_viz.frames.calls import CALLS
 from ngcapture_viz.frames.gaps import GAPS
@@ -44,6 +45,7 @@ from ngcapture_viz.load._index_files import (
     write_delta,
     write_tables,
 )
+from ngcapture_viz.load._journal import Journals
 from ngcapture_viz.load._listing import DirListing, content_matches, prefix_matches
 from ngcapture_viz.load._progress import progress_bar
 from ngcapture_viz.load._scan import (
@@ -122,6 +124,7 @@ class CaptureIndex:
         self.damaged = GAPS.empty()
         self.unreadable: list[tuple[str, str]] = []
         self._settled: set[str] = set()
+        self._journals: dict[str, Journals] = {}
         self._delta: IndexTables | None = None  # what an append adds, when only that
         self._loaded_from: Path | None = None
         self.listing = DirListing()
@@ -267,6 +270,7 @@ class CaptureIndex:
             stats.removed = old.files.height - int(old.files["name"].is_in(present.implode()).sum())
         tasks: list[FileTask] = []
         prefix = str(self.root) + os.sep  # pathlib costs ~6 µs a join: too much per file
+        journals = self._read_journals(keep, scan_ns)
         for rollout_id, name in listing.data.items():
             if name in keep:
                 continue
@@ -283,7 +287,13 @@ class CaptureIndex:
                 stat.st_ino == row["inode"]
                 and stat.st_size >= row["consumed"]
                 and (stat.st_size > row["size"] or stat.st_mtime_ns == row["mtime_ns"])
-                and prefix_matches(path, row)
+                and (
+                    prefix_matches(path, row)
+                    if row["head_hash"] is not None
+                    # Read from a journal before (nothing hashed): an append only if the
+                    # journal still accounts for the whole file, old end included.
+                    else _journal_vouches(journals, name, row["consumed"])
+                )
             ):
                 stats.appended += 1
                 keep.add(name)
@@ -302,6 +312,27 @@ class CaptureIndex:
                 stats.reread += 1
                 tasks.append(FileTask(path, name, rollout_id, scan_ns=scan_ns))
         return tasks, keep
+
+    def _read_journals(self, keep: set[str], scan_ns: int) -> Journals | None:
+        """The facts journals, read once for the files about to be read (the planner asks
+        them about appends, the scan takes rows from them); ``None`` without any, or when
+        ``verify`` (which reads every line)."""
+        self._journals = {}
+        if self.verify or not (self.root / JOURNAL_DIR).is_dir():
+            return None
+        stats = {
+            name: stat
+            for name, stat in self.listing.stats.items()
+            if name not in keep
+            and stat is not None
+            and S_ISREG(stat.st_mode)
+            and not is_racy(stat.st_mtime_ns, scan_ns)
+        }
+        # A refresh that reads few files decodes most entries only as far as their file.
+        sparse = len(stats) * 4 < len(self.listing.stats)
+        journals = Journals(str(self.root), stats, sparse=sparse)
+        self._journals[str(self.root)] = journals
+        return journals
 
     def _run(
         self, tasks: list[FileTask], stats: IndexStats, *, progress: bool | None
@@ -323,7 +354,7 @@ class CaptureIndex:
             stats.decoded = result.decoded
             return result
         with progress_bar(total, "indexing", enabled=progress and total > 0) as bar:
-            result = scan_files(tasks, verify=self.verify)
+            result = scan_files(tasks, verify=self.verify, journals=self._journals)
             bar.update(total)
         stats.decoded = result.decoded
         return result
@@ -474,3 +505,13 @@ def _keep_tool_rows(
     """Tool rows whose call is kept."""
     kept_calls = _keep_rows(calls, boundary, "byte_offset").select("rollout_id", "call_index")
     return tools.join(kept_calls, on=["rollout_id", "call_index"], how="semi")
+
+
+def _journal_vouches(journals: Journals | None, name: str, consumed: int) -> bool:
+    """Whether the journals account for all of ``name`` now, with a line starting at
+    ``consumed`` (or ending there: nothing appended) — the bytes read before are then the
+    ones the server wrote, and only what follows needs reading."""
+    coverage = journals.covered.get(name) if journals is not None else None
+    if coverage is None:
+        return False
+    return coverage.size == consumed or coverage.first_at(consumed) is not None
