@@ -277,7 +277,7 @@ def _measure(variant: str, store: Path) -> dict[str, Any]:
 
 def _append_one_percent(
     store: Path, info: dict[str, Any], seed: int
-) -> tuple[int, dict[Path, int]]:
+) -> tuple[int, dict[Path, tuple[int, int]]]:
     """Append 1% more calls to random rollouts (lines as the rest of the store: with facts
     when it has them); returns the bytes added and the files' sizes and mtimes before."""
     rng = random.Random(seed)
