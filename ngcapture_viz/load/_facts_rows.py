@@ -80,6 +80,25 @@ class FactsRows:
         self.lengths += lengths
         self.paths += repeat(path, count)
 
+    def extend_rows(  # noqa: PLR0917 - positional, as ``add``
+        self,
+        lines: list[FastLine],
+        rollout_ids: list[str],
+        call_indexes: list[int],
+        line_numbers: list[int],
+        offsets: list[int],
+        lengths: list[int],
+        paths: list[str],
+    ) -> None:
+        """``add`` of many lines at once, each with its own place."""
+        self.lines += lines
+        self.rollout_ids += rollout_ids
+        self.call_indexes += call_indexes
+        self.line_numbers += line_numbers
+        self.offsets += offsets
+        self.lengths += lengths
+        self.paths += paths
+
     def frames(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """The ``calls`` and ``tool_calls`` rows (``run`` null, as ``CallColumns`` leaves it)."""
         line = _columns(self.lines, self.kind)

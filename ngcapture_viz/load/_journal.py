@@ -24,12 +24,12 @@ that reads few files decodes most entries only as far as their file name.
 from __future__ import annotations
 
 import os
-from collections import defaultdict
-from collections.abc import Container, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
+import polars as pl
 
 from capture_core.facts import FACTS_VERSION
 from capture_core.facts_journal import JOURNAL_DIR, JOURNAL_SUFFIX
@@ -74,21 +74,27 @@ KEEP_ENTRIES: Final = 250_000
 
 @dataclass(frozen=True, slots=True)
 class Coverage:
-    """A file the journals account for: its entries' positions (journal, index) in line order."""
+    """A file the journals account for entirely, as ``stat`` found it."""
 
     name: str
     size: int
     mtime_ns: int
     inode: int
-    entries: tuple[tuple[int, int], ...]
-    offsets: tuple[int, ...]  # where each entry's line starts
+    lines: int  # entries (lines) in it
 
-    def first_at(self, offset: int) -> int | None:
-        """The number of the entry whose line starts at ``offset`` (``None``: no line does)."""
-        for number, start in enumerate(self.offsets):
-            if start == offset:
-                return number
-        return None
+
+#: One row per entry of a covered file, in line order per file.
+_ENTRY_SCHEMA: Final = {
+    "file": pl.String(),
+    "offset": pl.Int64(),
+    "length": pl.Int64(),
+    "size": pl.Int64(),
+    "mtime_ns": pl.Int64(),
+    "inode": pl.Int64(),
+    "journal": pl.Int32(),
+    "index": pl.Int64(),
+    "kept": pl.Int64(),  # where the decoded entry is in ``Journals.kept`` (-1: not kept)
+}
 
 
 def _journal_paths(directory: str) -> list[str]:
@@ -141,12 +147,12 @@ def _decode_each(decoder: msgspec.json.Decoder[Any], chunk: bytes) -> Sequence[A
 
 class Journals:
     """The facts journals of one directory, and the files among ``stats`` (name → its
-    ``stat`` now) that they account for entirely (``covered``).
+    ``stat`` now) that they account for entirely (``covered``; their entries in ``entries``).
 
     ``sparse``: ``stats`` names few of the files the journals cover (an index refresh): each
-    entry is first decoded only as far as where it is, and only entries of those files whole.
-    Entries are kept from the first pass up to ``keep_entries``; beyond, ``lines`` decodes
-    them again, a chunk at a time.
+    entry is first decoded only as far as its file, and only entries of those files whole.
+    Decoded entries of covered files are kept (``kept``) up to ``keep_entries``; beyond,
+    ``lines`` decodes them again, a chunk at a time.
     """
 
     def __init__(
@@ -161,45 +167,48 @@ class Journals:
         self._stats = stats
         self._sparse = sparse
         limit = KEEP_ENTRIES if keep_entries is None else keep_entries
-        self._kept: dict[tuple[int, int], JournalLine] | None = {}
-        by_file: dict[str, list[tuple[int, int, int, int]]] = defaultdict(list)
-        last: dict[str, JournalLine] = {}
-        for position, line in self._entries():
-            by_file[line.file].append((line.offset, line.length, *position))
-            final = last.get(line.file)
-            if final is None or line.offset > final.offset:
-                last[line.file] = line
-            if self._kept is not None:
-                self._kept[position] = line
-                if len(self._kept) > limit:
-                    self._kept = None  # decoded again, a chunk at a time, by ``lines``
-        self.covered: dict[str, Coverage] = {}
-        for name, entries in by_file.items():
-            stat, final = stats[name], last[name]
-            if (final.size, final.mtime_ns) != (stat.st_size, stat.st_mtime_ns):
-                continue
-            entries.sort()
-            expected = 0
-            for offset, length, _, _ in entries:
-                if offset != expected:
-                    break
-                expected = offset + length + 1
-            else:
-                if expected == stat.st_size:
-                    self.covered[name] = Coverage(
-                        name, stat.st_size, stat.st_mtime_ns, stat.st_ino,
-                        tuple((journal, index) for _, _, journal, index in entries),
-                        tuple(offset for offset, _, _, _ in entries),
-                    )  # fmt: skip
+        kept: list[JournalLine] | None = []
+        columns: dict[str, list[Any]] = {name: [] for name in _ENTRY_SCHEMA}
+        for journal, found in self._found():
+            entries = [entry for _, entry in found]
+            columns["file"] += [e.file for e in entries]
+            columns["offset"] += [e.offset for e in entries]
+            columns["length"] += [e.length for e in entries]
+            columns["size"] += [e.size for e in entries]
+            columns["mtime_ns"] += [e.mtime_ns for e in entries]
+            columns["inode"] += [e.inode for e in entries]
+            columns["journal"] += [journal] * len(found)
+            columns["index"] += [index for index, _ in found]
+            if kept is not None:
+                columns["kept"] += range(len(kept), len(kept) + len(entries))
+                kept += entries
+                if len(kept) > limit:
+                    kept = None  # decoded again, a chunk at a time, by ``lines``
+            if kept is None:
+                columns["kept"] += [-1] * (len(columns["file"]) - len(columns["kept"]))
+        self.kept = kept
+        self.entries, self.covered = _cover(pl.DataFrame(columns, schema=_ENTRY_SCHEMA), stats)
+        if kept is None:
+            self.entries = self.entries.with_columns(pl.lit(-1, pl.Int64()).alias("kept"))
+        self._offsets: dict[str, list[int]] | None = None
 
-    def _entries(self) -> Iterator[tuple[tuple[int, int], JournalLine]]:
-        """Every entry, decoded whole (so one ``lines`` could not decode never leaves a file
-        without a row), that concerns a file of ``stats`` as it is now (same inode), with
-        facts of the current version; with its position (journal, line)."""
+    def first_at(self, name: str, offset: int) -> int | None:
+        """The number (from 0) of the covered file's entry whose line starts at ``offset``."""
+        if self._offsets is None:
+            grouped = self.entries.group_by("file").agg("offset")
+            self._offsets = dict(zip(grouped["file"], grouped["offset"].to_list(), strict=True))
+        offsets = self._offsets.get(name, [])
+        return offsets.index(offset) if offset in offsets else None
+
+    def _found(self) -> Iterator[tuple[int, list[tuple[int, JournalLine]]]]:
+        """Per chunk of each journal, its entries decoded whole (so one ``lines`` could not
+        decode never leaves a file without a row) that concern a file of ``stats`` as it is
+        now (same inode), with facts of the current version; each with its line index."""
         stats = self._stats
         for journal, path in enumerate(self.paths):
             start = 0
             for chunk in _chunks(path):
+                found: list[tuple[int, JournalLine]] = []
                 if self._sparse:
                     lines: list[bytes] | None = None
                     wheres: Sequence[_Where | None] = _decode_each(_WHERE, chunk)
@@ -215,31 +224,74 @@ class Journals:
                         except (msgspec.DecodeError, RecursionError):
                             continue
                         if _current(line):
-                            yield (journal, start + number), line
+                            found.append((start + number, line))
                 else:
                     entries: Sequence[JournalLine | None] = _decode_each(_LINE, chunk)
-                    for number, entry in enumerate(entries):
-                        if entry is None or not _current(entry):
-                            continue  # facts of another version: the file is read from its lines
-                        stat = stats.get(entry.file)
-                        if stat is not None and entry.inode == stat.st_ino:
-                            yield (journal, start + number), entry
+                    found = [
+                        (start + number, entry)
+                        for number, entry in enumerate(entries)
+                        if entry is not None
+                        and entry.ngcapture_facts is not None
+                        and entry.ngcapture_facts.v == FACTS_VERSION
+                        and (stat := stats.get(entry.file)) is not None
+                        and entry.inode == stat.st_ino
+                    ]
+                yield journal, found
                 start += chunk.count(b"\n")
 
-    def lines(
-        self, wanted: Container[tuple[int, int]]
-    ) -> Iterator[tuple[tuple[int, int], JournalLine]]:
-        """The entries at the positions ``wanted`` (journal, index), in journal order."""
-        if self._kept is not None:
-            kept = self._kept
-            self._kept = None  # freed as the rows are taken
-            for position, entry in kept.items():
-                if position in wanted:
-                    yield position, entry
-            return
-        for position, entry in self._entries():
-            if position in wanted:
-                yield position, entry
+    def decoded_chunks(self) -> Iterator[tuple[int, int, Sequence[JournalLine | None]]]:
+        """The journals decoded again, a chunk at a time (for journals too large to keep):
+        ``(journal, index of the chunk's first line, one entry or None per line)``."""
+        for journal, path in enumerate(self.paths):
+            start = 0
+            for chunk in _chunks(path):
+                entries: Sequence[JournalLine | None] = _decode_each(_LINE, chunk)
+                yield journal, start, entries
+                start += len(entries)
+
+
+def _cover(
+    entries: pl.DataFrame, stats: Mapping[str, os.stat_result]
+) -> tuple[pl.DataFrame, dict[str, Coverage]]:
+    """The entries of the files they account for entirely (in line order), and those files."""
+    names = list(stats)
+    now = pl.DataFrame(
+        {
+            "file": names,
+            "now_size": [stats[n].st_size for n in names],
+            "now_mtime": [stats[n].st_mtime_ns for n in names],
+        },
+        schema={"file": pl.String(), "now_size": pl.Int64(), "now_mtime": pl.Int64()},
+    )
+    end = pl.col("offset") + pl.col("length") + 1
+    ordered = entries.sort("file", "offset")
+    files = (
+        ordered.group_by("file", maintain_order=True)
+        .agg(
+            # Line after line from 0, no offset twice: each starts where the one before ended.
+            (pl.col("offset") == end.shift(1, fill_value=0)).all().alias("contiguous"),
+            end.last().alias("end"),
+            pl.col("size").last(),
+            pl.col("mtime_ns").last(),
+            pl.col("inode").first(),
+            pl.len().alias("lines"),
+        )
+        .join(now, on="file")
+        .filter(
+            pl.col("contiguous")
+            & (pl.col("end") == pl.col("now_size"))
+            & (pl.col("size") == pl.col("now_size"))
+            & (pl.col("mtime_ns") == pl.col("now_mtime"))
+        )
+    )
+    covered = {
+        name: Coverage(name, size, mtime, inode, lines)
+        for name, size, mtime, inode, lines in files.select(
+            "file", "size", "mtime_ns", "inode", "lines"
+        ).iter_rows()
+    }
+    kept = ordered.join(files.select("file"), on="file", how="semi").sort("file", "offset")
+    return kept, covered
 
 
 def _current(line: JournalLine) -> bool:

@@ -15,10 +15,10 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from stat import S_ISREG
-from typing import Final
+from typing import Final, cast
 
 import msgspec
 import orjson
@@ -203,9 +203,9 @@ class _Scanner:
         self, tasks: list[FileTask], given: Mapping[str, Journals] | None = None
     ) -> list[FileTask]:
         """Rows of the files our servers' facts journals account for (the index's appends
-        too, from the first entry at the task's start); returns the tasks left to read line
-        by line. ``given``: journals already read, by directory (the index's planner reads
-        them to tell an append from a rewrite); the others are read here."""
+        too, from the entry at the task's start); returns the tasks left to read line by
+        line. ``given``: journals already read, by directory (the index's planner reads them
+        to tell an append from a rewrite); the others are read here."""
         rest: list[FileTask] = []
         by_directory: dict[str, list[FileTask]] = defaultdict(list)
         for task in tasks:
@@ -217,30 +217,63 @@ class _Scanner:
                     rest += group
                     continue
                 journals = Journals(directory, _stats(group))
-            wanted: dict[tuple[int, int], tuple[FileTask, int]] = {}
-            for task in group:
-                coverage = journals.covered.get(os.path.basename(task.path))
-                first = coverage.first_at(task.start) if coverage is not None else None
-                if coverage is None or first is None:
+            rows, taken = _journal_rows(journals, group)
+            for number, task in enumerate(group):
+                count = taken.get(number)
+                if count is None:
                     rest.append(task)
-                    continue
-                self.states.append(_journal_state(task, coverage, first))
-                for number, position in enumerate(coverage.entries[first:]):
-                    wanted[position] = (task, number)
-            taken = 0
-            for position, line in journals.lines(wanted):
-                taken += 1
-                task, number = wanted[position]
-                index, line_number = task.call_index + number, task.line + number
-                self.journal.add(line, task.rollout_id, index, line_number, line.offset,
-                                 line.length, task.path)  # fmt: skip
-                if len(self.journal) >= CHUNK_ROWS:
-                    self.frames.append(self.journal.frames())
-                    self.journal = FactsRows(JournalLine)
-            if taken != len(wanted):
-                raise JournalChanged(directory)
-            self.from_journal += taken
+                else:
+                    coverage = journals.covered[os.path.basename(task.path)]
+                    self.states.append(_journal_state(task, coverage, count))
+            self._add_journal_rows(journals, group, rows, directory)
         return rest
+
+    def _add_journal_rows(
+        self, journals: Journals, group: list[FileTask], rows: pl.DataFrame, directory: str
+    ) -> None:
+        """Add ``rows`` (``_journal_rows``) to the journal's columnar rows, from the entries
+        kept by the first pass, or else decoded again a chunk at a time."""
+        if journals.kept is not None:
+            self._emit(group, rows, journals.kept, rows["kept"])
+            return
+        taken = 0
+        for journal, start, entries in journals.decoded_chunks():
+            index = pl.col("index")
+            part = rows.filter(
+                (pl.col("journal") == journal) & index.is_between(start, start + len(entries) - 1)
+            )
+            if part.height:
+                self._emit(group, part, entries, part["index"] - start)
+                taken += part.height
+        if taken != rows.height:
+            raise JournalChanged(directory)
+
+    def _emit(
+        self,
+        group: list[FileTask],
+        rows: pl.DataFrame,
+        entries: Sequence[JournalLine | None],
+        at: pl.Series,
+    ) -> None:
+        """Rows from ``entries`` (``at``: where each row's entry is in it), as frames."""
+        lines = [entries[i] for i in at.to_list()]
+        if any(line is None for line in lines):  # it decoded in the first pass
+            raise JournalChanged(os.path.dirname(group[0].path))
+        for start in range(0, rows.height, CHUNK_ROWS):
+            part = rows.slice(start, CHUNK_ROWS)
+            order = part["task"].to_list()
+            self.journal.extend_rows(
+                cast("list[FastLine]", lines[start : start + CHUNK_ROWS]),
+                [group[i].rollout_id for i in order],
+                part["call_index"].to_list(),
+                part["line_number"].to_list(),
+                part["offset"].to_list(),
+                part["length"].to_list(),
+                [group[i].path for i in order],
+            )
+            self.frames.append(self.journal.frames())
+            self.journal = FactsRows(JournalLine)
+        self.from_journal += rows.height
 
     def scan(self, task: FileTask) -> None:
         try:
@@ -486,11 +519,50 @@ def _stats(tasks: list[FileTask]) -> dict[str, os.stat_result]:
     return stats
 
 
-def _journal_state(task: FileTask, coverage: Coverage, first: int) -> FileState:
-    """The index's state of a file read from the journal. No byte of it was read, so no
-    hashes: a later change is judged by the journal again (an append it vouches for), else
-    the file is read anew."""
-    count = len(coverage.entries) - first
+def _journal_rows(journals: Journals, group: list[FileTask]) -> tuple[pl.DataFrame, dict[int, int]]:
+    """The rows the journals give for the tasks (``task``: its number in ``group``) — every
+    entry of a covered file from the one starting at the task's ``start`` — and, per task they
+    serve, how many; a task whose ``start`` is no entry's start is not served."""
+    covered = journals.covered
+    numbers = [i for i, task in enumerate(group) if os.path.basename(task.path) in covered]
+    wanted = pl.DataFrame(
+        {
+            "file": [os.path.basename(group[i].path) for i in numbers],
+            "task": numbers,
+            "start": [group[i].start for i in numbers],
+            "first_index": [group[i].call_index for i in numbers],
+            "first_line": [group[i].line for i in numbers],
+        },
+        schema={"file": pl.String(), "task": pl.Int64(), "start": pl.Int64(),
+                "first_index": pl.Int64(), "first_line": pl.Int64()},
+    )  # fmt: skip
+    rows = (
+        journals.entries.join(wanted, on="file")
+        .filter(pl.col("offset") >= pl.col("start"))
+        .sort("task", "offset")
+        .with_columns(pl.int_range(pl.len()).over("task").alias("number"))
+    )
+    served = rows.group_by("task").agg(
+        (pl.col("offset").first() == pl.col("start").first()).alias("aligned"), pl.len()
+    )
+    served = served.filter("aligned")
+    rows = rows.join(served.select("task"), on="task", how="semi").select(
+        "task",
+        "journal",
+        "index",
+        "kept",
+        "offset",
+        "length",
+        (pl.col("first_index") + pl.col("number")).alias("call_index"),
+        (pl.col("first_line") + pl.col("number")).alias("line_number"),
+    )
+    return rows, dict(zip(served["task"].to_list(), served["len"].to_list(), strict=True))
+
+
+def _journal_state(task: FileTask, coverage: Coverage, count: int) -> FileState:
+    """The index's state of a file read from the journal (``count`` lines from the task's
+    start). No byte of it was read, so no hashes: a later change is judged by the journal
+    again (an append it vouches for), else the file is read anew."""
     return FileState(
         name=task.name,
         rollout_id=task.rollout_id,

@@ -244,22 +244,27 @@ def test_a_sparse_first_pass_finds_what_a_whole_one_finds(tmp_path: Path) -> Non
     whole = _journal.Journals(str(tmp_path), stats)
     sparse = _journal.Journals(str(tmp_path), stats, sparse=True, keep_entries=5)
     assert whole.covered == sparse.covered and 0 < len(whole.covered) < len(stats)
-    wanted = {p for c in whole.covered.values() for p in c.entries}
-    assert [(p, e.model_call_id) for p, e in whole.lines(wanted)] == [
-        (p, e.model_call_id) for p, e in sparse.lines(wanted)
-    ]
+    assert_frame_equal(whole.entries.drop("kept"), sparse.entries.drop("kept"))
+    assert sparse.kept is None and whole.kept is not None  # sparse: more than 5 entries
+    again = {
+        (j, start + i): e for j, start, es in sparse.decoded_chunks() for i, e in enumerate(es)
+    }
+    decoded_again = [again[p] for p in whole.entries.select("journal", "index").iter_rows()]
+    assert decoded_again == [whole.kept[i] for i in whole.entries["kept"]]
 
 
 def test_a_journal_changed_between_its_passes_falls_back_to_the_lines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _store(tmp_path, files=8)
-    lines = _journal.Journals.lines
+    chunks = _journal.Journals.decoded_chunks
 
-    def one_short(self: _journal.Journals, wanted: Any) -> Iterator[Any]:
-        yield from list(lines(self, wanted))[1:]
+    def one_lost(self: _journal.Journals) -> Iterator[Any]:
+        for journal, start, entries in chunks(self):
+            yield journal, start, [None, *entries[1:]]  # the first entry no longer decodes
 
-    monkeypatch.setattr(_journal.Journals, "lines", one_short)
+    monkeypatch.setattr(_journal.Journals, "decoded_chunks", one_lost)
+    monkeypatch.setattr(_journal, "KEEP_ENTRIES", 0)  # a journal too large to keep
     result = _scan_same(tmp_path)
     assert "journal" not in result.decoded and result.decoded["facts"] > 0
 
