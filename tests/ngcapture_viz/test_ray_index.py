@@ -26,6 +26,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import ngcapture_viz as ngv
+from capture_core.facts_journal import JOURNAL_DIR
 from capture_core.testing import RunSpec, write_run
 from ngcapture_viz.load.index import CaptureIndex
 from ngcapture_viz.load.ray_engine import plan_parts
@@ -93,6 +94,9 @@ def big_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     build_store(store, STORE_BYTES)
     for stamp in store.glob("*.json"):
         stamp.unlink()  # the generator's stamp: a foreign file either way, but not ours
+    # Without the facts journal the generator writes as our server would: the Ray workers
+    # parse lines (what these tests are about), as for a store of another writer.
+    shutil.rmtree(store / JOURNAL_DIR)
     with (store / "0-0.capture.jsonl").open("ab") as out:
         out.write(b'{"model_call_id": "torn", broken\n')
     (store / "9999-0.capture.jsonl").touch()
