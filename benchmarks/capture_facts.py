@@ -1,4 +1,4 @@
-"""What writing ``ngcapture_facts`` costs the capture server per call (issue 19).
+"""What writing ``ngcapture_facts`` and the facts journal costs the server per call (issue 19).
 
 ``Exchange.line()`` builds a call's capture line from its bytes; since issue 19 it also computes
 the call's facts, from the response facts it already reads to classify the call. Measured in
@@ -10,14 +10,18 @@ calls, errors): the time of ``line()`` plus encoding the line, with the facts ho
 from __future__ import annotations
 
 import statistics
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 import capture_core.server.exchange as exchange_module
+from capture_core._locking import Appended
 from capture_core.dialects import extract_response
 from capture_core.facts import call_facts
+from capture_core.facts_journal import FactsJournal
 from capture_core.server.exchange import Exchange
 from capture_core.testing import CaptureLineFactory
 
@@ -61,6 +65,25 @@ def _time_lines(exchanges: list[Exchange]) -> float:
     return (time.perf_counter() - start) / len(exchanges)
 
 
+def _time_journal(exchanges: list[Exchange]) -> float:
+    """Best round of ``FactsJournal.note`` per call (a real file; the append's result made up:
+    the entry's size does not depend on it)."""
+    lines = [exchange.line() for exchange in exchanges]
+    best = float("inf")
+    with tempfile.TemporaryDirectory() as tmp:
+        journal = FactsJournal(Path(tmp), "bench")
+        at = Appended(5000, False, 123_456, 128_456, time.time_ns(), 4_242_424)
+        try:
+            for _ in range(_ROUNDS):
+                start = time.perf_counter()
+                for line in lines:
+                    journal.note("3-1.capture.jsonl", at, line)
+                best = min(best, (time.perf_counter() - start) / len(lines))
+        finally:
+            journal.close()
+    return best
+
+
 def run(*, quick: bool = False) -> list[dict[str, Any]]:
     n = 300 if quick else 2000
     exchanges = _exchanges(n)
@@ -87,6 +110,7 @@ def run(*, quick: bool = False) -> list[dict[str, Any]]:
         for line, facts in zip(bodies, found, strict=True):
             call_facts(line["dialect"], line["request"], line["response"], found=facts)
         shared.append((time.perf_counter() - start) / n)
+    journal = _time_journal(exchanges)
     best_on, best_off = min(on), min(off)
     rows = []
     for variant, seconds, detail in (
@@ -106,6 +130,11 @@ def run(*, quick: bool = False) -> list[dict[str, Any]]:
             "call_facts from the facts already read",
             min(shared),
             "the work the hook adds to line(): facts built from the response facts it reads anyway",
+        ),
+        (
+            "facts journal entry: encode + write",
+            journal,
+            "what FactsJournal.note adds per call after the line's fsync (one write, O_APPEND)",
         ),
     ):
         rows.append(

@@ -24,7 +24,7 @@ that reads few files decodes most entries only as far as their file name.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -81,6 +81,9 @@ class Coverage:
     mtime_ns: int
     inode: int
     lines: int  # entries (lines) in it
+    #: Modified within the racy window of the scan: the journal vouches for what was read of
+    #: it before (an append), but its rows are read from its lines.
+    racy: bool = False
 
 
 #: One row per entry of a covered file, in line order per file.
@@ -149,6 +152,7 @@ class Journals:
     """The facts journals of one directory, and the files among ``stats`` (name → its
     ``stat`` now) that they account for entirely (``covered``; their entries in ``entries``).
 
+    ``racy``: names among ``stats`` modified within the racy window (``Coverage.racy``).
     ``sparse``: ``stats`` names few of the files the journals cover (an index refresh): each
     entry is first decoded only as far as its file, and only entries of those files whole.
     Decoded entries of covered files are kept (``kept``) up to ``keep_entries``; beyond,
@@ -162,6 +166,7 @@ class Journals:
         *,
         sparse: bool = False,
         keep_entries: int | None = None,
+        racy: Container[str] = (),
     ) -> None:
         self.paths = _journal_paths(directory) if stats else []
         self._stats = stats
@@ -187,7 +192,9 @@ class Journals:
             if kept is None:
                 columns["kept"] += [-1] * (len(columns["file"]) - len(columns["kept"]))
         self.kept = kept
-        self.entries, self.covered = _cover(pl.DataFrame(columns, schema=_ENTRY_SCHEMA), stats)
+        self.entries, self.covered = _cover(
+            pl.DataFrame(columns, schema=_ENTRY_SCHEMA), stats, racy
+        )
         if kept is None:
             self.entries = self.entries.with_columns(pl.lit(-1, pl.Int64()).alias("kept"))
         self._offsets: dict[str, list[int]] | None = None
@@ -251,7 +258,7 @@ class Journals:
 
 
 def _cover(
-    entries: pl.DataFrame, stats: Mapping[str, os.stat_result]
+    entries: pl.DataFrame, stats: Mapping[str, os.stat_result], racy: Container[str]
 ) -> tuple[pl.DataFrame, dict[str, Coverage]]:
     """The entries of the files they account for entirely (in line order), and those files."""
     names = list(stats)
@@ -285,7 +292,7 @@ def _cover(
         )
     )
     covered = {
-        name: Coverage(name, size, mtime, inode, lines)
+        name: Coverage(name, size, mtime, inode, lines, name in racy)
         for name, size, mtime, inode, lines in files.select(
             "file", "size", "mtime_ns", "inode", "lines"
         ).iter_rows()

@@ -523,7 +523,7 @@ def _journal_rows(journals: Journals, group: list[FileTask]) -> tuple[pl.DataFra
     """The rows the journals give for the tasks (``task``: its number in ``group``) — every
     entry of a covered file from the one starting at the task's ``start`` — and, per task they
     serve, how many; a task whose ``start`` is no entry's start is not served."""
-    covered = journals.covered
+    covered = {name for name, coverage in journals.covered.items() if not coverage.racy}
     numbers = [i for i, task in enumerate(group) if os.path.basename(task.path) in covered]
     wanted = pl.DataFrame(
         {

@@ -291,9 +291,11 @@ class CaptureIndex:
                 and (
                     prefix_matches(path, row)
                     if row["head_hash"] is not None
-                    # Read from a journal before (nothing hashed): an append only if the
-                    # journal still accounts for the whole file, old end included.
-                    else _journal_vouches(journals, name, row["consumed"])
+                    # Read from a journal before (nothing hashed): an append only if it
+                    # grew and the journal still accounts for all of it, old end included
+                    # (unchanged but racy, it is read again, as a hash could not vouch).
+                    else stat.st_size > row["size"]
+                    and _journal_vouches(journals, name, row["consumed"])
                 )
             ):
                 stats.appended += 1
@@ -324,15 +326,15 @@ class CaptureIndex:
         stats = {
             name: stat
             for name, stat in self.listing.stats.items()
-            if name not in keep
-            and stat is not None
-            and S_ISREG(stat.st_mode)
-            and not is_racy(stat.st_mtime_ns, scan_ns)
+            if name not in keep and stat is not None and S_ISREG(stat.st_mode)
         }
+        # A file modified within the racy window is read from its lines; the journal still
+        # says whether what was read of it before is intact (an append).
+        racy = {name for name, stat in stats.items() if is_racy(stat.st_mtime_ns, scan_ns)}
         # A refresh that reads few files decodes most entries only as far as their file.
         sparse = len(stats) * 4 < len(self.listing.stats)
         with paused_gc():  # ~45k small objects per 250 MB: the collector's passes cost 2×
-            journals = Journals(str(self.root), stats, sparse=sparse)
+            journals = Journals(str(self.root), stats, sparse=sparse, racy=racy)
         self._journals[str(self.root)] = journals
         return journals
 
@@ -511,9 +513,9 @@ def _keep_tool_rows(
 
 def _journal_vouches(journals: Journals | None, name: str, consumed: int) -> bool:
     """Whether the journals account for all of ``name`` now, with a line starting at
-    ``consumed`` (or ending there: nothing appended) — the bytes read before are then the
-    ones the server wrote, and only what follows needs reading."""
+    ``consumed``: the bytes read before are then the ones the server wrote, and only what
+    follows needs reading."""
     coverage = journals.covered.get(name) if journals is not None else None
     if journals is None or coverage is None:
         return False
-    return coverage.size == consumed or journals.first_at(name, consumed) is not None
+    return journals.first_at(name, consumed) is not None

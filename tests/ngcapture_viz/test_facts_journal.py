@@ -317,3 +317,32 @@ def _same_as_lines(run: Any, root: Path, tmp_path: Path) -> None:
             mine.sort(keys, nulls_last=True), theirs.sort(keys, nulls_last=True), check_exact=True
         )
     assert pl.Series(run.calls["path"]).null_count() == 0
+
+
+def test_an_append_just_written_is_read_from_its_lines_after_the_journal_vouches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files just appended to are within the racy window: their new lines are read from the
+    file, but the journal still tells the append from a rewrite (a delta, not a re-read)."""
+    root = tmp_path / "calls"
+    counts = _store(root, files=12)
+    with monkeypatch.context() as patch:
+        for module in (_scan, index_module):
+            patch.setattr(module, "RACY_NS", 0)
+        first = ngv.open_run(root, progress=False, index_dir=tmp_path / "index")
+    assert first.index_stats is not None
+    assert first.index_stats.decoded.get("journal") == sum(counts.values())
+    store, writer = CaptureStore(root), CaptureWriter(root)
+    try:
+        for line, rollout in zip(_lines(9, 2), ("3-0", "4-0"), strict=True):
+            _append(store, writer, rollout, line)
+    finally:
+        writer.close()
+    # Files unchanged since the first open count as settled (else, all written a moment
+    # before it, they would be read again); the scan's own racy window stays.
+    monkeypatch.setattr(index_module, "RACY_NS", 0)
+    again = ngv.open_run(root, progress=False, index_dir=tmp_path / "index")
+    assert again.index_stats is not None
+    assert (again.index_stats.appended, again.index_stats.reread) == (2, 0)
+    assert again.index_stats.decoded == {"facts": 2, "bodies": 0, "exact": 0}
+    _same_as_lines(again, root, tmp_path)
