@@ -247,15 +247,27 @@ class _Journal:
         self.path = store / JOURNAL_DIR / f"benchmark{JOURNAL_SUFFIX}"
         self.handle = self.path.open("ab")
 
-    def note(self, file: Path, lengths: list[int], lines: list[dict[str, Any]]) -> None:
+    def note(
+        self,
+        file: Path,
+        lengths: list[int],
+        lines: list[dict[str, Any]],
+        before: tuple[int, int] = (0, 0),
+    ) -> None:
+        """Entries for ``lines`` (of ``lengths`` bytes with their newline) just written at the
+        end of ``file``, which was ``before`` (size, mtime) until then. Lines written at once
+        share the file's final mtime, as if appended within one clock tick."""
         stat = file.stat()
         offset = stat.st_size - sum(lengths)
+        mtime_before = before[1] if offset else stat.st_mtime_ns
         for length, line in zip(lengths, lines, strict=True):
-            at = Appended(length, False, offset, stat.st_size, stat.st_mtime_ns, stat.st_ino)
-            entry = journal_entry(file.name, at._replace(size=offset + length), line)
+            at = Appended(length, False, offset, offset + length, stat.st_mtime_ns, stat.st_ino,
+                          length - 1, offset, mtime_before)  # fmt: skip
+            entry = journal_entry(file.name, at, line)
             if entry is not None:
                 self.handle.write(entry)
             offset += length
+            mtime_before = stat.st_mtime_ns
 
     def close(self) -> None:
         self.handle.close()
@@ -295,10 +307,11 @@ def _append_one_percent(
         if info.get("facts", True):
             line[FACTS_KEY] = call_facts(line["dialect"], line["request"], line["response"])
         data = orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
+        before = _size_mtime(path)
         with path.open("ab") as handle:
             handle.write(data)
         if journal is not None:
-            journal.note(path, [len(data)], [line])
+            journal.note(path, [len(data)], [line], before)
         added += len(data)
     if journal is not None:
         journal.close()

@@ -43,11 +43,13 @@ class LockedFd:
         fd: the descriptor.
         created: whether this open created the file.
         size: the file's size when the lock was taken.
+        mtime_ns: its mtime then.
     """
 
     fd: int
     created: bool
     size: int
+    mtime_ns: int = 0
 
 
 @contextmanager
@@ -97,9 +99,9 @@ def _open_current(path: str, flags: int, *, exclusive: bool, create: bool) -> Lo
         fd, created = opened
         try:
             fcntl.flock(fd, lock)
-            size = _current_size(fd, path)
-            if size is not None:
-                return LockedFd(fd, created, size)
+            held = _current_stat(fd, path)
+            if held is not None:
+                return LockedFd(fd, created, held.st_size, held.st_mtime_ns)
         except BaseException:
             os.close(fd)
             raise
@@ -120,8 +122,8 @@ def _open(path: str, flags: int, *, create: bool) -> tuple[int, bool] | None:
         return None  # another writer created it first: open it on the next round
 
 
-def _current_size(fd: int, path: str) -> int | None:
-    """The size of the file ``fd`` holds, or ``None`` when it is no longer the one at ``path``."""
+def _current_stat(fd: int, path: str) -> os.stat_result | None:
+    """``fstat`` of the file ``fd`` holds, or ``None`` when it is no longer the one at ``path``."""
     held = os.fstat(fd)
     try:
         current = os.stat(path)
@@ -129,7 +131,7 @@ def _current_size(fd: int, path: str) -> int | None:
         return None
     if (held.st_ino, held.st_dev) != (current.st_ino, current.st_dev):
         return None
-    return held.st_size
+    return held
 
 
 class Appended(NamedTuple):
@@ -141,6 +143,9 @@ class Appended(NamedTuple):
     size: int  # the file's size, mtime and inode right after the append
     mtime_ns: int
     inode: int
+    length: int = 0  # the line's length without its newline
+    size_before: int = 0  # the file's size and mtime when the append took its lock
+    mtime_before_ns: int = 0
 
 
 def append_line(path: str | os.PathLike[str], line: bytes) -> Appended:
@@ -178,8 +183,9 @@ def append_line(path: str | os.PathLike[str], line: bytes) -> Appended:
                 os.ftruncate(held.fd, size)
             raise
         return Appended(
-            len(line), held.created, offset, after.st_size, after.st_mtime_ns, after.st_ino
-        )
+            len(line), held.created, offset, after.st_size, after.st_mtime_ns, after.st_ino,
+            len(line) - (offset - size) - 1, size, held.mtime_ns,
+        )  # fmt: skip
 
 
 def read_locked(path: str | os.PathLike[str]) -> bytes | None:

@@ -19,6 +19,7 @@ opened at start-up (``O_APPEND``: entries of concurrent writer threads never int
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 from collections.abc import Mapping
@@ -28,7 +29,7 @@ from typing import Any, Final
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from capture_core._locking import Appended, write_all
+from capture_core._locking import Appended, os_reason, write_all
 from capture_core.facts import FACTS_KEY, FACTS_VERSION
 from capture_core.records import ModelRef
 
@@ -40,6 +41,9 @@ __all__ = [
     "FactsJournalEntry",
     "journal_entry",
 ]
+
+logger = logging.getLogger(__name__)
+_write = os.write  # by name, so a test can make it fail without touching ``os``
 
 JOURNAL_DIR: Final = ".facts"
 JOURNAL_SUFFIX: Final = ".jsonl"
@@ -69,6 +73,8 @@ class FactsJournalEntry(BaseModel):
     size: int = Field(ge=0, description="The file's size right after this append.")
     mtime_ns: int = Field(description="The file's mtime (ns) right after this append.")
     inode: int = Field(ge=0, description="The file's inode.")
+    size_before: int = Field(ge=0, description="The file's size when this append took its lock.")
+    mtime_before_ns: int = Field(description="The file's mtime (ns) at that moment.")
     model_call_id: str
     dialect: str
     model_ref: ModelRef | None = None
@@ -88,14 +94,19 @@ def journal_entry(file_name: str, appended: Appended, line: Mapping[str, Any]) -
     facts = line.get(FACTS_KEY)
     if not isinstance(facts, Mapping) or facts.get("v") != FACTS_VERSION:
         return None
+    if appended.size != appended.offset + appended.length + 1:
+        return None  # a writer that takes no lock appended meanwhile: the file reads its lines
     entry: dict[str, Any] = {
         "file": file_name,
         "offset": appended.offset,
-        # The line is the file's last bytes: the append held the file's lock.
-        "length": appended.size - appended.offset - 1,
+        "length": appended.length,
         "size": appended.size,
         "mtime_ns": appended.mtime_ns,
         "inode": appended.inode,
+        # The file as the append found it: a reader chains each entry to the one before,
+        # so a change made between two appends (which the second one's mtime hides) shows.
+        "size_before": appended.size_before,
+        "mtime_before_ns": appended.mtime_before_ns,
     }
     for key in ENVELOPE_KEYS:
         if key in line:
@@ -113,13 +124,17 @@ class FactsJournal:
 
     def __init__(self, root: Path, token: str) -> None:
         directory = Path(root) / JOURNAL_DIR
-        directory.mkdir(exist_ok=True)
         self.path = directory / f"{token}{JOURNAL_SUFFIX}"
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
-        self._fd: int | None = os.open(self.path, flags, 0o644)
-        self._torn = threading.Lock()
-        self.entries = 0
+        self._fd: int | None = None
+        self._lock = threading.Lock()
         self.failures = 0
+        try:
+            directory.mkdir(exist_ok=True)
+            self._fd = os.open(self.path, flags, 0o644)
+        except OSError as exc:  # a cache: the server runs without it, readers read the lines
+            logger.warning("no facts journal in %s (%s): readers will read every line",
+                           directory, os_reason(exc))  # fmt: skip
 
     def note(self, rollout_file: str, appended: Appended, line: Mapping[str, Any]) -> None:
         """Journal ``line``, just appended to ``rollout_file`` (a name in the directory)."""
@@ -128,25 +143,33 @@ class FactsJournal:
             return
         try:
             entry = journal_entry(rollout_file, appended, line)
-        except (TypeError, ValueError):
-            self.failures += 1
+        except (TypeError, ValueError) as exc:
+            self._failed(str(exc))
             return
         if entry is None:
             return
         try:
-            written = os.write(fd, entry)  # one write: O_APPEND keeps it whole
-        except OSError:
-            self.failures += 1
+            written = _write(fd, entry)  # one write: O_APPEND keeps it whole
+        except OSError as exc:
+            self._failed(os_reason(exc))
             return
         if written != len(entry):  # short (disk full): end it so the next entry stays whole
-            self.failures += 1
-            with self._torn, contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):
                 write_all(fd, b"\n")
-            return
-        self.entries += 1
+            self._failed(f"short write ({written} of {len(entry)} bytes)")
+
+    def _failed(self, reason: str) -> None:
+        """Count a lost entry; the first is logged (its file is only read more slowly)."""
+        with self._lock:
+            self.failures += 1
+            first = self.failures == 1
+        if first:
+            logger.warning("a facts journal entry was lost (%s); later losses are counted "
+                           "in FactsJournal.failures", reason)  # fmt: skip
 
     def close(self) -> None:
-        """Close the journal (idempotent); it stays on disk for readers."""
+        """Close the journal (idempotent); it stays on disk for readers. Call it once no
+        thread is in ``note`` (the server joins its writer threads first)."""
         fd, self._fd = self._fd, None
         if fd is not None:
             with contextlib.suppress(OSError):

@@ -37,7 +37,7 @@ from ngcapture_viz.load._line_types import FastLine
 
 __all__ = ["Coverage", "JournalChanged", "JournalLine", "Journals"]
 
-#: Bytes of a journal decoded at once.
+#: Bytes of a journal read and decoded at once.
 CHUNK_BYTES: Final = 32 * 1024 * 1024
 
 
@@ -61,6 +61,8 @@ class JournalLine(FastLine, kw_only=True):
     size: int
     mtime_ns: int
     inode: int
+    size_before: int
+    mtime_before_ns: int
 
 
 _LINE = msgspec.json.Decoder(JournalLine)
@@ -94,6 +96,8 @@ _ENTRY_SCHEMA: Final = {
     "size": pl.Int64(),
     "mtime_ns": pl.Int64(),
     "inode": pl.Int64(),
+    "size_before": pl.Int64(),
+    "mtime_before_ns": pl.Int64(),
     "journal": pl.Int32(),
     "index": pl.Int64(),
     "kept": pl.Int64(),  # where the decoded entry is in ``Journals.kept`` (-1: not kept)
@@ -109,24 +113,27 @@ def _journal_paths(directory: str) -> list[str]:
     return [os.path.join(folder, n) for n in names if n.endswith(JOURNAL_SUFFIX)]
 
 
-def _chunks(path: str) -> list[bytes]:
-    """The journal's whole lines (a last one still being written is left out), in chunks of
-    about ``CHUNK_BYTES`` cut at newlines."""
+def _chunks(path: str) -> Iterator[bytes]:
+    """The journal's whole lines (a last one still being written is left out), read and
+    given in chunks of about ``CHUNK_BYTES`` cut at newlines (a longer line is one chunk)."""
     try:
-        with open(path, "rb") as file:
-            data = file.read()
+        file = open(path, "rb")  # noqa: SIM115 - closed below; a generator holds it
     except OSError:
-        return []
-    end = data.rfind(b"\n") + 1
-    chunks: list[bytes] = []
-    start = 0
-    while start < end:
-        cut = data.rfind(b"\n", start, min(end, start + CHUNK_BYTES)) + 1
-        if cut <= start:  # one line longer than a chunk
-            cut = data.find(b"\n", start) + 1
-        chunks.append(data[start:cut])
-        start = cut
-    return chunks
+        return
+    with file:
+        rest = b""
+        while True:
+            try:
+                block = file.read(CHUNK_BYTES)
+            except OSError:
+                return
+            if not block:
+                return  # what is left has no newline: an entry still being written
+            data = rest + block if rest else block
+            cut = data.rfind(b"\n") + 1
+            if cut:
+                yield data[:cut] if cut < len(data) else data
+            rest = data[cut:]
 
 
 def _decode_each(decoder: msgspec.json.Decoder[Any], chunk: bytes) -> Sequence[Any]:
@@ -182,6 +189,8 @@ class Journals:
             columns["size"] += [e.size for e in entries]
             columns["mtime_ns"] += [e.mtime_ns for e in entries]
             columns["inode"] += [e.inode for e in entries]
+            columns["size_before"] += [e.size_before for e in entries]
+            columns["mtime_before_ns"] += [e.mtime_before_ns for e in entries]
             columns["journal"] += [journal] * len(found)
             columns["index"] += [index for index, _ in found]
             if kept is not None:
@@ -275,8 +284,19 @@ def _cover(
     files = (
         ordered.group_by("file", maintain_order=True)
         .agg(
-            # Line after line from 0, no offset twice: each starts where the one before ended.
-            (pl.col("offset") == end.shift(1, fill_value=0)).all().alias("contiguous"),
+            # Line after line from 0, no offset twice: each starts where the one before ended,
+            # and found the file as the one before left it (size and mtime): a change made in
+            # between, whose mtime the later append hid, breaks the chain.
+            (
+                (pl.col("offset") == end.shift(1, fill_value=0))
+                & (pl.col("size_before") == pl.col("size").shift(1, fill_value=0))
+                & (
+                    pl.col("mtime_before_ns")
+                    == pl.col("mtime_ns").shift(1).fill_null(pl.col("mtime_before_ns"))
+                )
+            )
+            .all()
+            .alias("contiguous"),
             end.last().alias("end"),
             pl.col("size").last(),
             pl.col("mtime_ns").last(),

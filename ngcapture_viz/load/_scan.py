@@ -257,11 +257,17 @@ class _Scanner:
     ) -> None:
         """Rows from ``entries`` (``at``: where each row's entry is in it), as frames."""
         lines = [entries[i] for i in at.to_list()]
-        if any(line is None for line in lines):  # it decoded in the first pass
+        tasks = rows["task"].to_list()
+        names = [os.path.basename(group[i].path) for i in tasks]
+        # Each decoded in the first pass, for this file at this offset: anything else means the
+        # journal was rewritten since (a row from another entry would be a wrong row).
+        if any(line is None for line in lines) or [
+            (line.file, line.offset) for line in lines if line is not None
+        ] != list(zip(names, rows["offset"].to_list(), strict=True)):
             raise JournalChanged(os.path.dirname(group[0].path))
         for start in range(0, rows.height, CHUNK_ROWS):
             part = rows.slice(start, CHUNK_ROWS)
-            order = part["task"].to_list()
+            order = tasks[start : start + CHUNK_ROWS]
             self.journal.extend_rows(
                 cast("list[FastLine]", lines[start : start + CHUNK_ROWS]),
                 [group[i].rollout_id for i in order],

@@ -23,7 +23,7 @@ from polars.testing import assert_frame_equal
 
 import ngcapture_viz as ngv
 from capture_core import CaptureStore
-from capture_core.facts import FACTS_KEY, call_facts
+from capture_core.facts import FACTS_KEY, FACTS_VERSION, call_facts
 from capture_core.facts_journal import JOURNAL_DIR, FactsJournalEntry, journal_entry
 from capture_core.store import DATA_SUFFIX
 from capture_core.testing import CaptureLineFactory
@@ -145,7 +145,10 @@ def test_a_journaled_store_is_read_from_its_journal_with_the_same_rows(tmp_path:
     assert all(s.head_hash is None and s.tail_hash is None for s in result.states)
 
 
-def test_files_modified_within_the_racy_window_are_read_from_their_lines(tmp_path: Path) -> None:
+def test_files_modified_within_the_racy_window_are_read_from_their_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_scan, "RACY_NS", 600 * 1_000_000_000)  # however slow the fsyncs
     _store(tmp_path)
     result = _scan_same(tmp_path, later=False)
     assert "journal" not in result.decoded
@@ -339,10 +342,82 @@ def test_an_append_just_written_is_read_from_its_lines_after_the_journal_vouches
     finally:
         writer.close()
     # Files unchanged since the first open count as settled (else, all written a moment
-    # before it, they would be read again); the scan's own racy window stays.
+    # before it, they would be read again); the appended ones are racy for the scan,
+    # however long the appends took.
     monkeypatch.setattr(index_module, "RACY_NS", 0)
+    monkeypatch.setattr(_scan, "RACY_NS", 600 * 1_000_000_000)
     again = ngv.open_run(root, progress=False, index_dir=tmp_path / "index")
     assert again.index_stats is not None
     assert (again.index_stats.appended, again.index_stats.reread) == (2, 0)
     assert again.index_stats.decoded == {"facts": 2, "bodies": 0, "exact": 0}
     _same_as_lines(again, root, tmp_path)
+
+
+def test_a_line_edited_before_a_later_append_is_read_from_the_file(tmp_path: Path) -> None:
+    """The later append's mtime hides the edit; the chain of entries (each found the file as
+    the one before left it) does not."""
+    counts = _store(tmp_path, files=6)
+    path = tmp_path / f"3-0{DATA_SUFFIX}"
+    data = bytearray(path.read_bytes())
+    at = data.index(b'"model_call_id":"') + len(b'"model_call_id":"')
+    data[at] = ord("X") if data[at] != ord("X") else ord("Y")  # same size, still JSON
+    path.write_bytes(bytes(data))
+    store, writer = CaptureStore(tmp_path), CaptureWriter(tmp_path)
+    try:
+        _append(store, writer, "3-0", next(_lines(11, 1)))
+    finally:
+        writer.close()
+    result = _scan_same(tmp_path)
+    assert result.decoded["journal"] == sum(counts.values()) - counts["3-0"]
+    assert result.decoded["facts"] == counts["3-0"] + 1
+
+
+def test_a_line_appended_without_the_lock_between_write_and_stat_gets_no_entry() -> None:
+    from capture_core._locking import Appended
+
+    line = {"model_call_id": "c", "dialect": "chat", FACTS_KEY: {"v": FACTS_VERSION}}
+    alone = Appended(11, False, 100, 111, 5, 7, 10, 100, 4)
+    assert journal_entry("a.capture.jsonl", alone, line) is not None
+    crowded = alone._replace(size=150)  # someone's 39 bytes landed before the fstat
+    assert journal_entry("a.capture.jsonl", crowded, line) is None
+
+
+def test_the_journal_never_fails_a_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from capture_core import facts_journal
+    from capture_core._locking import Appended
+
+    line = {"model_call_id": "c", "dialect": "chat", FACTS_KEY: {"v": FACTS_VERSION}}
+    at = Appended(11, False, 0, 11, 5, 7, 10, 0, 4)
+    journal = facts_journal.FactsJournal(tmp_path, "t")
+    real_write = os.write
+
+    def refused(fd: int, data: bytes) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(facts_journal, "_write", refused)
+    journal.note("a.capture.jsonl", at, line)
+    calls = []
+
+    def short(fd: int, data: bytes) -> int:
+        calls.append(data)
+        return real_write(fd, data[:7] if len(calls) == 1 else data)
+
+    monkeypatch.setattr(facts_journal, "_write", short)
+    journal.note("a.capture.jsonl", at, line)  # cut short, then closed by a newline
+    monkeypatch.setattr(facts_journal, "_write", real_write)
+    journal.note("a.capture.jsonl", at, line)
+    journal.close()
+    journal.note("a.capture.jsonl", at, line)  # after close: nothing, no error
+    assert journal.failures == 2
+    lines = journal.path.read_bytes().split(b"\n")
+    assert len(lines) == 3 and lines[2] == b""  # the torn entry, one whole entry, the end
+    assert FactsJournalEntry.model_validate_json(lines[1]).model_call_id == "c"
+    # A .facts that is not a directory: the server starts anyway, without a journal.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / JOURNAL_DIR).write_text("not a directory")
+    writer = CaptureWriter(other)
+    try:
+        writer.note_facts("a.capture.jsonl", at, line)
+    finally:
+        writer.close()
