@@ -9,7 +9,7 @@ the journal accounts for every byte of it as it is now:
   other line after line (offset + length + 1 is the next offset), with no offset twice;
 - the last one ends where the file ends, and left the file's size, mtime and inode exactly as
   ``stat`` finds them now;
-- its mtime is older than the racy window (``_scan.RACY_NS``): a file modified that recently
+- its mtime is older than the racy window (``_file_state.RACY_NS``): a file modified that recently
   could have been changed again without its mtime moving, so its lines are read.
 
 Anything else (another writer's lines, a torn or damaged line, an entry lost in a crash, an

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from stat import S_ISREG
-from typing import Final, cast
+from typing import Final
 
 import msgspec
 import orjson
@@ -26,13 +24,14 @@ import polars as pl
 
 from capture_core import InvalidRecordError, paused_gc
 from capture_core._lines import TORN_REASON
-from capture_core.facts_journal import JOURNAL_DIR
 from ngcapture_viz.frames.calls import CallColumns
 from ngcapture_viz.frames.gaps import AnalysisGap, GapRows
 from ngcapture_viz.frames.tool_calls import ToolCallColumns
 from ngcapture_viz.load._decode import CallValues, FactsMismatch, LineDecoder, NotAnObject
 from ngcapture_viz.load._facts_rows import FactsRows
-from ngcapture_viz.load._journal import Coverage, JournalChanged, JournalLine, Journals
+from ngcapture_viz.load._file_state import RACY_NS, FileState, FileTask, is_racy
+from ngcapture_viz.load._journal import JournalChanged, Journals
+from ngcapture_viz.load._journal_rows import JournalRows
 from ngcapture_viz.load._line_types import (
     FastLine,
     decode_fast,
@@ -47,41 +46,6 @@ _BLANK: Final = b" \t\r"
 
 #: Bytes hashed at the head and at the end of the indexed prefix to notice rewrites.
 _PROBE: Final = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class FileState:
-    """What the index knows about one capture file.
-
-    ``consumed`` covers whole lines only (up to and including the last newline); the bytes after
-    it (a line still being written, or a torn tail) are parsed again on every refresh.
-    """
-
-    name: str
-    rollout_id: str
-    size: int
-    mtime_ns: int
-    inode: int
-    consumed: int
-    next_call_index: int
-    next_line: int
-    head_hash: str | None  # None: read from a facts journal, no byte hashed
-    tail_hash: str | None
-    scanned_ns: int = 0
-    full_hash: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class FileTask:
-    """Parse ``path`` from ``start`` (a line boundary) with the counters it had there."""
-
-    path: str
-    name: str
-    rollout_id: str
-    start: int = 0
-    call_index: int = 0
-    line: int = 1
-    scan_ns: int = 0
 
 
 @dataclass
@@ -117,15 +81,6 @@ def _fingerprint_read(fd: int, content: bytes, offset: int, start: int, end: int
     return _digest(memoryview(content)[start - offset : max(start, end) - offset])
 
 
-#: Modification times this close to a scan are not trusted to reveal a later rewrite.
-RACY_NS: Final = 2_000_000_000
-
-
-def is_racy(mtime_ns: int, scan_ns: int) -> bool:
-    """Whether a file modified at ``mtime_ns`` could change again without its mtime moving."""
-    return mtime_ns >= scan_ns - RACY_NS
-
-
 def scan_files(
     tasks: list[FileTask], *, verify: bool = False, journals: Mapping[str, Journals] | None = None
 ) -> ScanResult:
@@ -139,11 +94,17 @@ def scan_files(
     # resumes: its first pass then has a few frames to walk, not every row.
     with paused_gc():
         scanner = _Scanner(verify=verify)
-        # ``verify`` recomputes every line's facts from its bodies: never from a journal.
-        try:
-            rest = tasks if verify else scanner.from_journals(tasks, journals)
-        except JournalChanged:  # rewritten under us (entries are only ever appended): read all
-            scanner, rest = _Scanner(verify=verify), tasks
+        rest = tasks
+        if not verify:  # ``verify`` recomputes every line's facts from its bodies
+            taken = JournalRows(CHUNK_ROWS)
+            try:
+                rest = taken.take(tasks, journals)
+            except JournalChanged:  # rewritten under us (entries only get appended): read all
+                rest = tasks
+            else:
+                scanner.frames += taken.frames
+                scanner.states += taken.states
+                scanner.from_journal = taken.count
         for task in rest:
             scanner.scan(task)
         return scanner.result()
@@ -196,90 +157,7 @@ class _Scanner:
         self.states: list[FileState] = []
         self.unreadable: list[tuple[str, str]] = []
         self.parsed = 0
-        self.journal = FactsRows(JournalLine)
         self.from_journal = 0
-
-    def from_journals(
-        self, tasks: list[FileTask], given: Mapping[str, Journals] | None = None
-    ) -> list[FileTask]:
-        """Rows of the files our servers' facts journals account for (the index's appends
-        too, from the entry at the task's start); returns the tasks left to read line by
-        line. ``given``: journals already read, by directory (the index's planner reads them
-        to tell an append from a rewrite); the others are read here."""
-        rest: list[FileTask] = []
-        by_directory: dict[str, list[FileTask]] = defaultdict(list)
-        for task in tasks:
-            by_directory[os.path.dirname(task.path)].append(task)
-        for directory, group in by_directory.items():
-            journals = (given or {}).get(directory)
-            if journals is None:
-                if not os.path.isdir(os.path.join(directory, JOURNAL_DIR)):
-                    rest += group
-                    continue
-                journals = Journals(directory, _stats(group))
-            rows, taken = _journal_rows(journals, group)
-            for number, task in enumerate(group):
-                count = taken.get(number)
-                if count is None:
-                    rest.append(task)
-                else:
-                    coverage = journals.covered[os.path.basename(task.path)]
-                    self.states.append(_journal_state(task, coverage, count))
-            self._add_journal_rows(journals, group, rows, directory)
-        return rest
-
-    def _add_journal_rows(
-        self, journals: Journals, group: list[FileTask], rows: pl.DataFrame, directory: str
-    ) -> None:
-        """Add ``rows`` (``_journal_rows``) to the journal's columnar rows, from the entries
-        kept by the first pass, or else decoded again a chunk at a time."""
-        if journals.kept is not None:
-            self._emit(group, rows, journals.kept, rows["kept"])
-            return
-        taken = 0
-        for journal, start, entries in journals.decoded_chunks():
-            index = pl.col("index")
-            part = rows.filter(
-                (pl.col("journal") == journal) & index.is_between(start, start + len(entries) - 1)
-            )
-            if part.height:
-                self._emit(group, part, entries, part["index"] - start)
-                taken += part.height
-        if taken != rows.height:
-            raise JournalChanged(directory)
-
-    def _emit(
-        self,
-        group: list[FileTask],
-        rows: pl.DataFrame,
-        entries: Sequence[JournalLine | None],
-        at: pl.Series,
-    ) -> None:
-        """Rows from ``entries`` (``at``: where each row's entry is in it), as frames."""
-        lines = [entries[i] for i in at.to_list()]
-        tasks = rows["task"].to_list()
-        names = [os.path.basename(group[i].path) for i in tasks]
-        # Each decoded in the first pass, for this file at this offset: anything else means the
-        # journal was rewritten since (a row from another entry would be a wrong row).
-        if any(line is None for line in lines) or [
-            (line.file, line.offset) for line in lines if line is not None
-        ] != list(zip(names, rows["offset"].to_list(), strict=True)):
-            raise JournalChanged(os.path.dirname(group[0].path))
-        for start in range(0, rows.height, CHUNK_ROWS):
-            part = rows.slice(start, CHUNK_ROWS)
-            order = tasks[start : start + CHUNK_ROWS]
-            self.journal.extend_rows(
-                cast("list[FastLine]", lines[start : start + CHUNK_ROWS]),
-                [group[i].rollout_id for i in order],
-                part["call_index"].to_list(),
-                part["line_number"].to_list(),
-                part["offset"].to_list(),
-                part["length"].to_list(),
-                [group[i].path for i in order],
-            )
-            self.frames.append(self.journal.frames())
-            self.journal = FactsRows(JournalLine)
-        self.from_journal += rows.height
 
     def scan(self, task: FileTask) -> None:
         try:
@@ -301,8 +179,6 @@ class _Scanner:
             self.calls, self.tools = CallColumns(), ToolCallColumns()
 
     def result(self) -> ScanResult:
-        if len(self.journal):
-            self.frames.append(self.journal.frames())
         self._flush()
         decoded = dict(self.decoder.counts)
         if self.from_journal:
@@ -509,79 +385,6 @@ class _Scanner:
             line_number=line,
             byte_offset=offset,
         )
-
-
-def _stats(tasks: list[FileTask]) -> dict[str, os.stat_result]:
-    """``stat`` of each task's file (by name) that a journal may vouch for: a regular file not
-    modified within the racy window of its scan."""
-    stats: dict[str, os.stat_result] = {}
-    for task in tasks:
-        try:
-            stat = os.stat(task.path, follow_symlinks=False)
-        except OSError:
-            continue  # read line by line: that reports why it is unreadable
-        if S_ISREG(stat.st_mode) and not is_racy(stat.st_mtime_ns, task.scan_ns):
-            stats[os.path.basename(task.path)] = stat
-    return stats
-
-
-def _journal_rows(journals: Journals, group: list[FileTask]) -> tuple[pl.DataFrame, dict[int, int]]:
-    """The rows the journals give for the tasks (``task``: its number in ``group``) — every
-    entry of a covered file from the one starting at the task's ``start`` — and, per task they
-    serve, how many; a task whose ``start`` is no entry's start is not served."""
-    covered = {name for name, coverage in journals.covered.items() if not coverage.racy}
-    numbers = [i for i, task in enumerate(group) if os.path.basename(task.path) in covered]
-    wanted = pl.DataFrame(
-        {
-            "file": [os.path.basename(group[i].path) for i in numbers],
-            "task": numbers,
-            "start": [group[i].start for i in numbers],
-            "first_index": [group[i].call_index for i in numbers],
-            "first_line": [group[i].line for i in numbers],
-        },
-        schema={"file": pl.String(), "task": pl.Int64(), "start": pl.Int64(),
-                "first_index": pl.Int64(), "first_line": pl.Int64()},
-    )  # fmt: skip
-    rows = (
-        journals.entries.join(wanted, on="file")
-        .filter(pl.col("offset") >= pl.col("start"))
-        .sort("task", "offset")
-        .with_columns(pl.int_range(pl.len()).over("task").alias("number"))
-    )
-    served = rows.group_by("task").agg(
-        (pl.col("offset").first() == pl.col("start").first()).alias("aligned"), pl.len()
-    )
-    served = served.filter("aligned")
-    rows = rows.join(served.select("task"), on="task", how="semi").select(
-        "task",
-        "journal",
-        "index",
-        "kept",
-        "offset",
-        "length",
-        (pl.col("first_index") + pl.col("number")).alias("call_index"),
-        (pl.col("first_line") + pl.col("number")).alias("line_number"),
-    )
-    return rows, dict(zip(served["task"].to_list(), served["len"].to_list(), strict=True))
-
-
-def _journal_state(task: FileTask, coverage: Coverage, count: int) -> FileState:
-    """The index's state of a file read from the journal (``count`` lines from the task's
-    start). No byte of it was read, so no hashes: a later change is judged by the journal
-    again (an append it vouches for), else the file is read anew."""
-    return FileState(
-        name=task.name,
-        rollout_id=task.rollout_id,
-        size=coverage.size,
-        mtime_ns=coverage.mtime_ns,
-        inode=coverage.inode,
-        consumed=coverage.size,
-        next_call_index=task.call_index + count,
-        next_line=task.line + count,
-        head_hash=None,
-        tail_hash=None,
-        scanned_ns=task.scan_ns,
-    )
 
 
 def _fast(line: memoryview) -> FastLine | None:

@@ -28,7 +28,7 @@ from capture_core.facts_journal import JOURNAL_DIR, FactsJournalEntry, journal_e
 from capture_core.store import DATA_SUFFIX
 from capture_core.testing import CaptureLineFactory
 from capture_core.writers import CaptureWriter
-from ngcapture_viz.load import _journal, _scan
+from ngcapture_viz.load import _file_state, _journal, _scan
 from ngcapture_viz.load import index as index_module
 from tests.ngcapture_viz import _reference_scan as reference
 
@@ -148,7 +148,8 @@ def test_a_journaled_store_is_read_from_its_journal_with_the_same_rows(tmp_path:
 def test_files_modified_within_the_racy_window_are_read_from_their_lines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_scan, "RACY_NS", 600 * 1_000_000_000)  # however slow the fsyncs
+    for module in (_file_state, reference):  # racy for both readers, however slow the fsyncs
+        monkeypatch.setattr(module, "RACY_NS", 600 * 1_000_000_000)
     _store(tmp_path)
     result = _scan_same(tmp_path, later=False)
     assert "journal" not in result.decoded
@@ -277,7 +278,7 @@ def test_open_run_and_its_index_refresh_read_the_journal(
 ) -> None:
     """Cold and +1 % opens of a journaled store equal opens of the same store read line by
     line (the journal moved away); the refresh re-reads only the appended files."""
-    for module in (_scan, index_module):
+    for module in (_file_state, index_module):
         monkeypatch.setattr(module, "RACY_NS", 0)  # files written a moment ago count as old
     root = tmp_path / "calls"
     counts = _store(root, files=20)
@@ -330,7 +331,7 @@ def test_an_append_just_written_is_read_from_its_lines_after_the_journal_vouches
     root = tmp_path / "calls"
     counts = _store(root, files=12)
     with monkeypatch.context() as patch:
-        for module in (_scan, index_module):
+        for module in (_file_state, index_module):
             patch.setattr(module, "RACY_NS", 0)
         first = ngv.open_run(root, progress=False, index_dir=tmp_path / "index")
     assert first.index_stats is not None
@@ -345,7 +346,7 @@ def test_an_append_just_written_is_read_from_its_lines_after_the_journal_vouches
     # before it, they would be read again); the appended ones are racy for the scan,
     # however long the appends took.
     monkeypatch.setattr(index_module, "RACY_NS", 0)
-    monkeypatch.setattr(_scan, "RACY_NS", 600 * 1_000_000_000)
+    monkeypatch.setattr(_file_state, "RACY_NS", 600 * 1_000_000_000)
     again = ngv.open_run(root, progress=False, index_dir=tmp_path / "index")
     assert again.index_stats is not None
     assert (again.index_stats.appended, again.index_stats.reread) == (2, 0)
