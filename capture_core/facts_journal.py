@@ -2,11 +2,12 @@
 
 A capture server appends one entry per captured call to ``.facts/<writer token>.jsonl`` in the
 capture directory, right after the call's line is durable: the file, the line's offset and
-length, the file's size, mtime and inode as that append left them, the line's envelope fields
-(``model_call_id``, ``dialect``, timestamps, latencies, status, error category, model ref) and
-its ``ngcapture_facts``. A reader that finds a capture file exactly as the journal's last entry
-for it left it (same size, mtime and inode; every byte covered by the entries, line after
-line) builds that file's rows from the journal and never reads the capture file's bodies;
+length, the file's size and mtime as the append found it and its size, mtime and inode as the
+append left it, the line's envelope fields (``model_call_id``, ``dialect``, timestamps,
+latencies, status, error category, model ref) and its ``ngcapture_facts``. A reader that finds
+a capture file exactly as the journal's last entry for it left it (same size, mtime and inode;
+every byte covered by the entries, line after line, each append finding the file as the one
+before left it) builds that file's rows from the journal and never reads the capture file;
 any other file (written by another writer, appended to since, damaged, torn) is read from its
 own lines as before. The journal is a cache, not evidence: it is not fsynced, a crash can lose
 its last entries (their files are then read the slow way), and deleting it loses nothing.

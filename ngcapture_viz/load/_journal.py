@@ -7,10 +7,13 @@ the journal accounts for every byte of it as it is now:
 
 - the entries for its name and current inode, in offset order, start at 0 and follow each
   other line after line (offset + length + 1 is the next offset), with no offset twice;
+- each found the file as the one before left it (its ``size_before``/``mtime_before_ns`` are
+  the previous entry's ``size``/``mtime_ns``), so an edit between two appends shows;
 - the last one ends where the file ends, and left the file's size, mtime and inode exactly as
   ``stat`` finds them now;
-- its mtime is older than the racy window (``_file_state.RACY_NS``): a file modified that recently
-  could have been changed again without its mtime moving, so its lines are read.
+- its mtime is older than the racy window (``_file_state.RACY_NS``): a file modified that
+  recently could change again without its mtime moving, so its lines are read (the journal
+  still tells the index whether what it read before is intact: ``Coverage.racy``).
 
 Anything else (another writer's lines, a torn or damaged line, an entry lost in a crash, an
 edit) leaves the file to ``_scan``'s readers, so a row from the journal is the row the file's
@@ -163,7 +166,7 @@ class Journals:
     ``sparse``: ``stats`` names few of the files the journals cover (an index refresh): each
     entry is first decoded only as far as its file, and only entries of those files whole.
     Decoded entries of covered files are kept (``kept``) up to ``keep_entries``; beyond,
-    ``lines`` decodes them again, a chunk at a time.
+    ``decoded_chunks`` decodes them again, a chunk at a time.
     """
 
     def __init__(
