@@ -31,7 +31,6 @@ class JournalRows:
 
     def __init__(self, chunk_rows: int) -> None:
         self.chunk_rows = chunk_rows
-        self.journal = FactsRows(JournalLine)
         self.frames: list[tuple[pl.DataFrame, pl.DataFrame]] = []
         self.states: list[FileState] = []
         self.count = 0
@@ -105,7 +104,8 @@ class JournalRows:
         for start in range(0, rows.height, self.chunk_rows):
             part = rows.slice(start, self.chunk_rows)
             order = tasks[start : start + self.chunk_rows]
-            self.journal.extend_rows(
+            journal = FactsRows(JournalLine)
+            journal.extend_rows(
                 cast("list[FastLine]", lines[start : start + self.chunk_rows]),
                 [group[i].rollout_id for i in order],
                 part["call_index"].to_list(),
@@ -114,8 +114,7 @@ class JournalRows:
                 part["length"].to_list(),
                 [group[i].path for i in order],
             )
-            self.frames.append(self.journal.frames())
-            self.journal = FactsRows(JournalLine)
+            self.frames.append(journal.frames())
         self.count += rows.height
 
 

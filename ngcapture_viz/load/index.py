@@ -31,7 +31,6 @@ from typing import Any, Final
 
 import polars as pl
 
-from capture_core import paused_gc
 from capture_core.facts_journal import JOURNAL_DIR
 from ngcapture_viz.exceptions import CaptureIndexError
 from ngcapture_viz.frames.calls import CALLS
@@ -333,8 +332,7 @@ class CaptureIndex:
         racy = {name for name, stat in stats.items() if is_racy(stat.st_mtime_ns, scan_ns)}
         # A refresh that reads few files decodes most entries only as far as their file.
         sparse = len(stats) * 4 < len(self.listing.stats)
-        with paused_gc():  # ~45k small objects per 250 MB: the collector's passes cost 2×
-            journals = Journals(str(self.root), stats, sparse=sparse, racy=racy)
+        journals = Journals(str(self.root), stats, sparse=sparse, racy=racy)
         self._journals[str(self.root)] = journals
         return journals
 
@@ -515,7 +513,4 @@ def _journal_vouches(journals: Journals | None, name: str, consumed: int) -> boo
     """Whether the journals account for all of ``name`` now, with a line starting at
     ``consumed``: the bytes read before are then the ones the server wrote, and only what
     follows needs reading."""
-    coverage = journals.covered.get(name) if journals is not None else None
-    if journals is None or coverage is None:
-        return False
-    return journals.first_at(name, consumed) is not None
+    return journals is not None and journals.first_at(name, consumed) is not None
