@@ -7,7 +7,9 @@ state of the files it touched). ``meta.json`` names the generation and its delta
 Writers hold ``lock``, write their files, replace ``meta.json`` atomically, then (a new
 generation) remove older ones, so a reader sees either the old index or the new one. A delta
 is written only on top of the generation and deltas its writer read; anything else rewrites
-the whole generation. Anything unreadable reads as "no index".
+the whole generation. ``meta.json`` also says where each facts journal ended when the refresh
+that wrote it began (``journals``: name → ``[inode, size]``), so the next refresh reads only
+what the journals gained since. Anything unreadable reads as "no index".
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import fcntl
 import os
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Final
@@ -80,6 +82,8 @@ class IndexTables:
     #: The generation and deltas these tables were read from (empty: not read from disk).
     generation: str = ""
     deltas: tuple[str, ...] = ()
+    #: Facts journal name → ``[inode, size]`` before the refresh that wrote these tables.
+    journals: dict[str, list[int]] = field(default_factory=dict)
 
 
 def _meta(place: Path) -> dict[str, Any] | None:
@@ -135,6 +139,7 @@ def read_tables(place: Path) -> IndexTables | None:
             damaged=GAPS.conform(frames["damaged"]),
             generation=generation,
             deltas=deltas,
+            journals=_marks(meta.get("journals")),
         )
     except (OSError, ValueError, KeyError, pl.exceptions.PolarsError):
         return None
@@ -169,11 +174,27 @@ def is_ordered(frame: pl.DataFrame, keys: tuple[str, ...]) -> bool:
     return frame.height < 2 or bool(frame.select(ordered.slice(1).all()).item())
 
 
-def write_delta(place: Path, base: IndexTables, delta: IndexTables) -> bool:
+def _marks(value: object) -> dict[str, list[int]]:
+    """The journal marks of ``meta.json``; anything malformed is dropped (read them whole)."""
+    if not isinstance(value, dict):
+        return {}
+    return {
+        name: [mark[0], mark[1]]
+        for name, mark in value.items()
+        if isinstance(name, str)
+        and isinstance(mark, list)
+        and len(mark) == 2
+        and all(type(part) is int and part >= 0 for part in mark)
+    }
+
+
+def write_delta(
+    place: Path, base: IndexTables, delta: IndexTables, *, journals: dict[str, list[int]]
+) -> bool:
     """Add ``delta`` (the rows an append added, the new states of the files it touched) on top
-    of the generation ``base`` was read from; ``False`` (nothing written) when that is no
-    longer the current one, or when enough deltas have piled up: then the caller writes a
-    whole new generation.
+    of the generation ``base`` was read from, with the journal marks ``journals``; ``False``
+    (nothing written) when that is no longer the current one, or when enough deltas have
+    piled up: then the caller writes a whole new generation.
 
     Raises:
         OSError: ``place`` cannot be written.
@@ -198,6 +219,7 @@ def write_delta(place: Path, base: IndexTables, delta: IndexTables) -> bool:
                 place / f"{table}-{base.generation}.{name}.parquet", compression=_CODEC
             )
         meta["deltas"] = [*base.deltas, name]
+        meta["journals"] = journals
         temporary = place / f"meta.json.{name}"
         temporary.write_bytes(orjson.dumps(meta))
         os.replace(temporary, place / "meta.json")
@@ -216,7 +238,12 @@ def write_tables(place: Path, tables: IndexTables) -> None:
         for table in TABLES:
             frame: pl.DataFrame = getattr(tables, table)
             frame.write_parquet(place / f"{table}-{generation}.parquet", compression=_CODEC)
-        meta = {"format": FORMAT, "version": _version(), "generation": generation}
+        meta = {
+            "format": FORMAT,
+            "version": _version(),
+            "generation": generation,
+            "journals": tables.journals,
+        }
         temporary = place / f"meta.json.{generation}"
         temporary.write_bytes(orjson.dumps(meta))
         os.replace(temporary, place / "meta.json")

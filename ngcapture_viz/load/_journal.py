@@ -15,9 +15,15 @@ the journal accounts for every byte of it as it is now:
   recently could change again without its mtime moving, so its lines are read (the journal
   still tells the index whether what it read before is intact: ``Coverage.racy``).
 
-Anything else (another writer's lines, a torn or damaged line, an entry lost in a crash, an
-edit) leaves the file to ``_scan``'s readers, so a row from the journal is the row the file's
-line would give (the same ``FactsRows`` code builds both). ``verify`` never uses the journal.
+An index refresh may start a file's chain where the index left it (``bases``: the size and
+mtime it recorded, read or vouched for then) rather than at 0, and read each journal only from
+where it ended before that refresh's ``stat`` of the files (``since``, from ``journal_marks``):
+an entry is written after its line, so every line appended after that ``stat`` has its entry
+there. A mark only saves reading; what is trusted is still the chain checked against ``stat``
+(an entry missing from what was read leaves its file to the lines). Anything else (another
+writer's lines, a torn or damaged line, an entry lost in a crash, an edit) leaves the file to
+``_scan``'s readers, so a row from the journal is the row the file's line would give (the same
+``FactsRows`` code builds both). ``verify`` never uses the journal.
 Journals are decoded in chunks. Up to ``KEEP_ENTRIES`` entries are kept from the pass that
 decides which files they cover; beyond, the rows' entries are decoded again, one chunk at a
 time, so a store of millions of calls never holds all its entries at once. An index refresh
@@ -38,7 +44,7 @@ from capture_core.facts import FACTS_VERSION
 from capture_core.facts_journal import JOURNAL_DIR, JOURNAL_SUFFIX
 from ngcapture_viz.load._line_types import FastLine
 
-__all__ = ["Coverage", "JournalChanged", "JournalLine", "Journals"]
+__all__ = ["Coverage", "JournalChanged", "JournalLine", "Journals", "journal_marks"]
 
 #: Bytes of a journal read and decoded at once.
 CHUNK_BYTES: Final = 32 * 1024 * 1024
@@ -85,7 +91,7 @@ class Coverage:
     size: int
     mtime_ns: int
     inode: int
-    lines: int  # entries (lines) in it
+    lines: int  # entries (lines) from its base
     #: Modified within the racy window of the scan: the journal vouches for what was read of
     #: it before (an append), but its rows are read from its lines.
     racy: bool = False
@@ -116,14 +122,35 @@ def _journal_paths(directory: str) -> list[str]:
     return [os.path.join(folder, n) for n in names if n.endswith(JOURNAL_SUFFIX)]
 
 
-def _chunks(path: str) -> Iterator[bytes]:
+def journal_marks(directory: str) -> dict[str, list[int]]:
+    """Where each journal of ``directory`` ends now: its name → ``[inode, size]``."""
+    marks: dict[str, list[int]] = {}
+    for path in _journal_paths(directory):
+        try:
+            stat = os.stat(path, follow_symlinks=False)
+        except OSError:
+            continue
+        marks[os.path.basename(path)] = [stat.st_ino, stat.st_size]
+    return marks
+
+
+def _chunks(path: str, since: Sequence[int] | None = None) -> Iterator[bytes]:
     """The journal's whole lines (a last one still being written is left out), read and
-    given in chunks of about ``CHUNK_BYTES`` cut at newlines (a longer line is one chunk)."""
+    given in chunks of about ``CHUNK_BYTES`` cut at newlines (a longer line is one chunk).
+    ``since``: ``[inode, offset]`` of a mark; the lines from that offset when the journal is
+    still that file and as long (else all of it), a line the offset falls inside skipped."""
     try:
         file = open(path, "rb")  # noqa: SIM115 - closed below; a generator holds it
     except OSError:
         return
     with file:
+        try:
+            start = _start(file.fileno(), since)
+            if start:
+                file.seek(start - 1)  # from the byte before: is the mark a line's start?
+        except OSError:
+            return
+        skipping = bool(start)
         rest = b""
         while True:
             try:
@@ -133,10 +160,27 @@ def _chunks(path: str) -> Iterator[bytes]:
             if not block:
                 return  # what is left has no newline: an entry still being written
             data = rest + block if rest else block
+            if skipping:
+                # The newline before the mark, or the end of the line the mark falls inside.
+                newline = data.find(b"\n")
+                if newline < 0:
+                    rest = b""
+                    continue
+                data, skipping = data[newline + 1 :], False
             cut = data.rfind(b"\n") + 1
             if cut:
                 yield data[:cut] if cut < len(data) else data
             rest = data[cut:]
+
+
+def _start(fd: int, since: Sequence[int] | None) -> int:
+    """The offset of the mark ``since`` in the open journal ``fd``: 0 without one, or when the
+    journal was replaced (another inode) or cut shorter since."""
+    if since is None:
+        return 0
+    stat = os.fstat(fd)
+    inode, offset = since
+    return offset if stat.st_ino == inode and 0 < offset <= stat.st_size else 0
 
 
 def _decode_each(decoder: msgspec.json.Decoder[Any], chunk: bytes) -> Sequence[Any]:
@@ -167,6 +211,10 @@ class Journals:
     entry is first decoded only as far as its file, and only entries of those files whole.
     Decoded entries of covered files are kept (``kept``) up to ``keep_entries``; beyond,
     ``decoded_chunks`` decodes them again, a chunk at a time.
+    ``since``: journal name → ``[inode, offset]`` (``journal_marks`` before an index's
+    ``stat`` of the files): each such journal is read from there. ``bases``: file name →
+    ``(size, mtime_ns)`` the index holds for it (its bytes up to ``size`` read or vouched
+    for, and ``stat`` found that mtime then): its chain starts there rather than at 0.
     """
 
     def __init__(
@@ -177,9 +225,12 @@ class Journals:
         sparse: bool = False,
         keep_entries: int | None = None,
         racy: Container[str] = (),
+        since: Mapping[str, Sequence[int]] | None = None,
+        bases: Mapping[str, tuple[int, int]] | None = None,
     ) -> None:
         self.paths = _journal_paths(directory) if stats else []
         self._stats = stats
+        self._since = [(since or {}).get(os.path.basename(path)) for path in self.paths]
         self._sparse = sparse
         limit = KEEP_ENTRIES if keep_entries is None else keep_entries
         kept: list[JournalLine] | None = []
@@ -205,7 +256,7 @@ class Journals:
                 columns["kept"] += [-1] * (len(columns["file"]) - len(columns["kept"]))
         self.kept = kept
         self.entries, self.covered = _cover(
-            pl.DataFrame(columns, schema=_ENTRY_SCHEMA), stats, racy
+            pl.DataFrame(columns, schema=_ENTRY_SCHEMA), stats, racy, bases or {}
         )
         if kept is None:
             self.entries = self.entries.with_columns(pl.lit(-1, pl.Int64()).alias("kept"))
@@ -226,7 +277,7 @@ class Journals:
         stats = self._stats
         for journal, path in enumerate(self.paths):
             start = 0
-            for chunk in _chunks(path):
+            for chunk in _chunks(path, self._since[journal]):
                 found: list[tuple[int, JournalLine]] = []
                 if self._sparse:
                     lines: list[bytes] | None = None
@@ -263,16 +314,20 @@ class Journals:
         ``(journal, index of the chunk's first line, one entry or None per line)``."""
         for journal, path in enumerate(self.paths):
             start = 0
-            for chunk in _chunks(path):
+            for chunk in _chunks(path, self._since[journal]):
                 entries: Sequence[JournalLine | None] = _decode_each(_LINE, chunk)
                 yield journal, start, entries
                 start += len(entries)
 
 
 def _cover(
-    entries: pl.DataFrame, stats: Mapping[str, os.stat_result], racy: Container[str]
+    entries: pl.DataFrame,
+    stats: Mapping[str, os.stat_result],
+    racy: Container[str],
+    bases: Mapping[str, tuple[int, int]],
 ) -> tuple[pl.DataFrame, dict[str, Coverage]]:
-    """The entries of the files they account for entirely (in line order), and those files."""
+    """The entries of the files they account for entirely (in line order, from the file's
+    base on), and those files."""
     names = list(stats)
     now = pl.DataFrame(
         {
@@ -282,20 +337,39 @@ def _cover(
         },
         schema={"file": pl.String(), "now_size": pl.Int64(), "now_mtime": pl.Int64()},
     )
+    based = list(bases)
+    base = pl.DataFrame(
+        {
+            "file": based,
+            "base_size": [bases[n][0] for n in based],
+            "base_mtime": [bases[n][1] for n in based],
+        },
+        schema={"file": pl.String(), "base_size": pl.Int64(), "base_mtime": pl.Int64()},
+    )
     end = pl.col("offset") + pl.col("length") + 1
-    ordered = entries.sort("file", "offset")
+    ordered = (
+        entries.join(base, on="file", how="left")
+        .with_columns(pl.col("base_size").fill_null(0))
+        # Lines before the base were read or vouched for when the index recorded it.
+        .filter(pl.col("offset") >= pl.col("base_size"))
+        .sort("file", "offset")
+    )
     files = (
         ordered.group_by("file", maintain_order=True)
         .agg(
-            # Line after line from 0, no offset twice: each starts where the one before ended,
-            # and found the file as the one before left it (size and mtime): a change made in
-            # between, whose mtime the later append hid, breaks the chain.
+            # Line after line from the base, no offset twice: each starts where the one before
+            # ended, and found the file as the one before left it (size and mtime; the first,
+            # as the index recorded it): a change made in between, whose mtime the later
+            # append hid, breaks the chain. A file without a base starts at 0.
             (
-                (pl.col("offset") == end.shift(1, fill_value=0))
-                & (pl.col("size_before") == pl.col("size").shift(1, fill_value=0))
+                (pl.col("offset") == end.shift(1).fill_null(pl.col("base_size")))
+                & (pl.col("size_before") == pl.col("size").shift(1).fill_null(pl.col("base_size")))
                 & (
                     pl.col("mtime_before_ns")
-                    == pl.col("mtime_ns").shift(1).fill_null(pl.col("mtime_before_ns"))
+                    == pl.col("mtime_ns")
+                    .shift(1)
+                    .fill_null(pl.col("base_mtime"))
+                    .fill_null(pl.col("mtime_before_ns"))
                 )
             )
             .all()
@@ -320,7 +394,11 @@ def _cover(
             "file", "size", "mtime_ns", "inode", "lines"
         ).iter_rows()
     }
-    kept = ordered.join(files.select("file"), on="file", how="semi").sort("file", "offset")
+    kept = (
+        ordered.join(files.select("file"), on="file", how="semi")
+        .drop("base_size", "base_mtime")
+        .sort("file", "offset")
+    )
     return kept, covered
 
 

@@ -45,7 +45,7 @@ from ngcapture_viz.load._index_files import (
     write_delta,
     write_tables,
 )
-from ngcapture_viz.load._journal import Journals
+from ngcapture_viz.load._journal import Journals, journal_marks
 from ngcapture_viz.load._listing import DirListing, content_matches, prefix_matches
 from ngcapture_viz.load._progress import progress_bar
 from ngcapture_viz.load._scan import (
@@ -186,6 +186,9 @@ class CaptureIndex:
         self._delta = None
         if self.verify:  # every line is read again from its bodies; nothing is saved
             reuse = write = False
+        # Where the journals end before any file is stat'ed: the next refresh reads them from
+        # there (``_journal``: every line appended after a ``stat`` has its entry after that).
+        marks = {} if self.verify else journal_marks(str(self.root))
         # Reading the saved tables (Polars, off the GIL) overlaps the directory's stats.
         with ThreadPoolExecutor(max_workers=1) as pool:
             saved = pool.submit(self._load) if reuse else None
@@ -226,7 +229,7 @@ class CaptureIndex:
         )
         if write and moved:
             try:
-                stats.location = self._save(old)
+                stats.location = self._save(old, marks)
             except CaptureIndexError as exc:
                 if require_write or self._explicit is not None:
                     raise
@@ -270,7 +273,7 @@ class CaptureIndex:
             stats.removed = old.files.height - int(old.files["name"].is_in(present.implode()).sum())
         tasks: list[FileTask] = []
         prefix = str(self.root) + os.sep  # pathlib costs ~6 µs a join: too much per file
-        journals = self._read_journals(keep, scan_ns)
+        journals = self._read_journals(keep, scan_ns, old, previous)
         for rollout_id, name in listing.data.items():
             if name in keep:
                 continue
@@ -315,10 +318,18 @@ class CaptureIndex:
                 tasks.append(FileTask(path, name, rollout_id, scan_ns=scan_ns))
         return tasks, keep
 
-    def _read_journals(self, keep: set[str], scan_ns: int) -> Journals | None:
+    def _read_journals(
+        self,
+        keep: set[str],
+        scan_ns: int,
+        old: IndexTables | None,
+        previous: dict[str, dict[str, Any]],
+    ) -> Journals | None:
         """The facts journals, read once for the files about to be read (the planner asks
         them about appends, the scan takes rows from them); ``None`` without any, or when
-        ``verify`` (which reads every line)."""
+        ``verify`` (which reads every line). With a saved index, each journal is read from
+        where it ended before that index's refresh, and a file the index read to its end
+        is checked from there (``previous``: the saved states of the changed files)."""
         self._journals = {}
         if self.verify or not (self.root / JOURNAL_DIR).is_dir():
             return None
@@ -332,7 +343,16 @@ class CaptureIndex:
         racy = {name for name, stat in stats.items() if is_racy(stat.st_mtime_ns, scan_ns)}
         # A refresh that reads few files decodes most entries only as far as their file.
         sparse = len(stats) * 4 < len(self.listing.stats)
-        journals = Journals(str(self.root), stats, sparse=sparse, racy=racy)
+        bases = {
+            name: (row["size"], row["mtime_ns"])
+            for name, row in previous.items()
+            if name in stats and row["inode"] == stats[name].st_ino
+            and row["consumed"] == row["size"]
+        }  # fmt: skip
+        journals = Journals(
+            str(self.root), stats, sparse=sparse, racy=racy,
+            since=old.journals if old is not None else None, bases=bases,
+        )  # fmt: skip
         self._journals[str(self.root)] = journals
         return journals
 
@@ -433,27 +453,28 @@ class CaptureIndex:
         self._loaded_from = place
         return None if place is None else read_tables(place)
 
-    def _save(self, old: IndexTables | None) -> Path:
+    def _save(self, old: IndexTables | None, marks: dict[str, list[int]]) -> Path:
         """Write a delta on top of the generation read, when the refresh only appended; else
-        a whole new generation in the first place that can be written."""
+        a whole new generation in the first place that can be written (``marks``: where the
+        journals ended before this refresh's ``stat`` of the files)."""
         place = self._loaded_from
         if self._delta is not None and old is not None and place is not None:
             try:
-                if write_delta(place, old, self._delta):
+                if write_delta(place, old, self._delta, journals=marks):
                     return place
             except OSError:
                 pass  # a new generation, wherever it can go
         errors: list[str] = []
         for place in self.candidates():
             try:
-                self._write(place)
+                self._write(place, marks)
             except OSError as exc:
                 errors.append(f"{place}: {exc.strerror or exc}")
                 continue
             return place
         raise CaptureIndexError("could not write the index: " + "; ".join(errors))
 
-    def _write(self, place: Path) -> None:
+    def _write(self, place: Path, marks: dict[str, list[int]]) -> None:
         write_tables(
             place,
             IndexTables(
@@ -461,6 +482,7 @@ class CaptureIndex:
                 calls=self.calls,
                 tool_calls=self.tool_calls,
                 damaged=self.damaged,
+                journals=marks,
             ),
         )
 

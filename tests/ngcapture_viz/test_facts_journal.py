@@ -24,7 +24,12 @@ from polars.testing import assert_frame_equal
 import ngcapture_viz as ngv
 from capture_core import CaptureStore
 from capture_core.facts import FACTS_KEY, FACTS_VERSION, call_facts
-from capture_core.facts_journal import JOURNAL_DIR, FactsJournalEntry, journal_entry
+from capture_core.facts_journal import (
+    JOURNAL_DIR,
+    FactsJournal,
+    FactsJournalEntry,
+    journal_entry,
+)
 from capture_core.store import DATA_SUFFIX
 from capture_core.testing import CaptureLineFactory
 from capture_core.writers import CaptureWriter
@@ -422,3 +427,160 @@ def test_the_journal_never_fails_a_call(tmp_path: Path, monkeypatch: pytest.Monk
         writer.note_facts("a.capture.jsonl", at, line)
     finally:
         writer.close()
+
+
+# -- refreshes read each journal from where it ended ------------------------------------------
+
+
+def _marks(index_dir: Path) -> dict[str, list[int]]:
+    return dict(orjson.loads((index_dir / "meta.json").read_bytes())["journals"])
+
+
+def _set_marks(index_dir: Path, marks: object) -> None:
+    meta = orjson.loads((index_dir / "meta.json").read_bytes())
+    meta["journals"] = marks
+    (index_dir / "meta.json").write_bytes(orjson.dumps(meta))
+
+
+def _journaled_appends(root: Path, seed: int, rollouts: tuple[str, ...], token: str) -> None:
+    """Appends by the server of journal ``token`` (which goes on)."""
+    store, journal = CaptureStore(root), FactsJournal(root, token)
+    try:
+        for line, rollout in zip(_lines(seed, len(rollouts)), rollouts, strict=True):
+            journal.note(f"{rollout}{DATA_SUFFIX}", store.append(rollout, line), line)
+    finally:
+        journal.close()
+
+
+@pytest.fixture
+def chunk_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Every journal read: (the offset it started from, the bytes it gave)."""
+    reads: list[tuple[int, int]] = []
+    real = _journal._chunks
+
+    def spy(path: str, since: Any = None) -> Iterator[bytes]:
+        given = 0
+        with open(path, "rb") as file:
+            start = _journal._start(file.fileno(), since)
+        for chunk in real(path, since):
+            given += len(chunk)
+            yield chunk
+        reads.append((start, given))
+
+    monkeypatch.setattr(_journal, "_chunks", spy)
+    return reads
+
+
+def test_a_refresh_reads_the_journal_only_from_where_it_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk_reads: list[tuple[int, int]]
+) -> None:
+    """The index notes where the journal ended before its files were stat'ed; a refresh
+    after more journaled appends decodes only the entries written since, and its rows are
+    still the rows of the lines."""
+    for module in (_file_state, index_module):
+        monkeypatch.setattr(module, "RACY_NS", 0)
+    root, index_dir = tmp_path / "calls", tmp_path / "index"
+    counts = _store(root, files=20)
+    journal = _journal_path(root)
+    ngv.open_run(root, progress=False, index_dir=index_dir)
+    assert _marks(index_dir) == {journal.name: [journal.stat().st_ino, journal.stat().st_size]}
+    assert chunk_reads == [(0, journal.stat().st_size)]  # a cold open reads it whole
+    before = journal.stat().st_size
+    _journaled_appends(root, 7, ("0-0", "1-0", "new-0"), journal.stem)
+    chunk_reads.clear()
+    again = ngv.open_run(root, progress=False, index_dir=index_dir)
+    assert chunk_reads == [(before, journal.stat().st_size - before)]
+    assert again.index_stats is not None
+    assert (again.index_stats.appended, again.index_stats.new) == (2, 1)
+    assert again.index_stats.decoded == {"facts": 0, "bodies": 0, "exact": 0, "journal": 3}
+    _same_as_lines(again, root, tmp_path)
+    assert _marks(index_dir)[journal.name][1] == journal.stat().st_size
+    # Another server's journal, new since the mark, is read whole.
+    store, writer = CaptureStore(root), CaptureWriter(root)
+    try:
+        _append(store, writer, "5-0", next(_lines(10, 1)))
+    finally:
+        writer.close()
+    chunk_reads.clear()
+    ngv.open_run(root, progress=False, index_dir=index_dir)
+    other = (root / JOURNAL_DIR / f"{writer.token}.jsonl").stat().st_size
+    assert sorted(chunk_reads) == [(0, other), (journal.stat().st_size, 0)]
+    # An edit (its mtime moved) and then a journaled append: the append's entry found the
+    # file as the edit left it, not as the index recorded it, so the chain from the index's
+    # state breaks and the file is read again from its lines.
+    path = root / f"2-0{DATA_SUFFIX}"
+    data = bytearray(path.read_bytes())
+    at = data.index(b'"model_call_id":"') + len(b'"model_call_id":"')
+    data[at] = ord("X") if data[at] != ord("X") else ord("Y")
+    recorded = path.stat().st_mtime_ns
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(recorded + 10**9, recorded + 10**9))
+    _journaled_appends(root, 8, ("2-0",), journal.stem)
+    third = ngv.open_run(root, progress=False, index_dir=index_dir)
+    assert third.index_stats is not None
+    assert (third.index_stats.appended, third.index_stats.reread) == (0, 1)
+    assert third.index_stats.decoded["facts"] == counts["2-0"] + 1
+    _same_as_lines(third, root, tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["replaced", "cut", "inside a line", "malformed", "none"])
+def test_a_mark_the_journal_no_longer_matches_is_never_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    """A journal replaced or cut shorter since the mark is read whole; a mark inside a line
+    skips that line (its file is then read from its lines); malformed or missing marks read
+    the journal whole. The rows are always the lines' rows."""
+    for module in (_file_state, index_module):
+        monkeypatch.setattr(module, "RACY_NS", 0)
+    root, index_dir = tmp_path / "calls", tmp_path / "index"
+    _store(root, files=10)
+    ngv.open_run(root, progress=False, index_dir=index_dir)
+    journal = _journal_path(root)
+    mark = _marks(index_dir)[journal.name]
+    _journaled_appends(root, 12, ("0-0", "1-0", "new-0"), journal.stem)
+    if damage == "replaced":  # same bytes, another inode (rotated, copied back)
+        copy = journal.with_suffix(".copy")
+        copy.write_bytes(journal.read_bytes())
+        os.replace(copy, journal)
+    elif damage == "cut":  # cut back below the mark, then appended to again
+        with open(journal, "r+b") as file:
+            file.truncate(mark[1] // 2)
+        _journaled_appends(root, 13, ("3-0",), journal.stem)
+    elif damage == "inside a line":  # the first entry since the mark is skipped
+        _set_marks(index_dir, {journal.name: [mark[0], mark[1] + 5]})
+    elif damage == "malformed":
+        _set_marks(index_dir, {journal.name: [True, mark[1]], "x.jsonl": [1, 2, 3], "y": "z"})
+    else:
+        _set_marks(index_dir, None)
+    again = ngv.open_run(root, progress=False, index_dir=index_dir)
+    assert again.index_stats is not None
+    if damage == "inside a line":  # 0-0's new line has no entry read: its file is re-read
+        assert again.index_stats.decoded["journal"] == 2
+        assert again.index_stats.reread == 1
+    elif damage != "cut":  # read whole, its chains still start where the index left files
+        assert again.index_stats.decoded["journal"] == 3
+        assert (again.index_stats.appended, again.index_stats.reread) == (2, 0)
+    _same_as_lines(again, root, tmp_path)
+
+
+@pytest.mark.parametrize("chunk", [7, 64, 1 << 20])
+def test_chunks_from_a_mark(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    monkeypatch.setattr(_journal, "CHUNK_BYTES", chunk)
+    path = tmp_path / "journal.jsonl"
+    lines = [b'{"a":%d,"pad":"%s"}\n' % (n, b"x" * (n * 13 % 50)) for n in range(20)]
+    path.write_bytes(b"".join(lines) + b'{"torn":')
+    inode = path.stat().st_ino
+
+    def read(since: Any) -> bytes:
+        return b"".join(_journal._chunks(str(path), since))
+
+    whole = b"".join(lines)
+    assert read(None) == whole
+    at = sum(map(len, lines[:7]))
+    assert read([inode, at]) == b"".join(lines[7:])  # a line's start
+    assert read([inode, at + 3]) == b"".join(lines[8:])  # inside a line: skipped
+    assert read([inode, at - 1]) == b"".join(lines[7:])  # on a newline: that line is done
+    assert read([inode, len(whole)]) == b""
+    assert read([inode + 1, at]) == whole  # another file
+    assert read([inode, path.stat().st_size + 1]) == whole  # cut shorter since
+    assert read([inode, 0]) == whole
