@@ -32,7 +32,13 @@ import orjson
 
 from capture_core._locking import Appended
 from capture_core.facts import FACTS_KEY, call_facts
-from capture_core.facts_journal import ENVELOPE_KEYS, JOURNAL_DIR, JOURNAL_SUFFIX, journal_entry
+from capture_core.facts_journal import (
+    ENVELOPE_KEYS,
+    JOURNAL_DIR,
+    JOURNAL_SUFFIX,
+    FactsJournalEntry,
+    journal_entry,
+)
 from capture_core.testing import CaptureLineFactory
 
 ROOT = Path("results/bench/load")
@@ -193,7 +199,9 @@ def build_store(
     stamp = path / STAMP
     if stamp.is_file():
         found = dict(json.loads(stamp.read_text()))
-        if found.get("journal") == facts:  # stores of before the journal are written again
+        # Stores of before the journal, or whose journal is of an older shape (a reader would
+        # ignore it and read every line), are written again.
+        if found.get("journal") == facts and (not facts or _journal_current(path)):
             return found
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
@@ -235,6 +243,16 @@ def build_store(
             "journal": facts}  # fmt: skip
     stamp.write_text(json.dumps(info))
     return info
+
+
+def _journal_current(store: Path) -> bool:
+    """Whether the store's journal begins with an entry of the shape the server writes now."""
+    try:
+        with (store / JOURNAL_DIR / f"benchmark{JOURNAL_SUFFIX}").open("rb") as handle:
+            FactsJournalEntry.model_validate_json(handle.readline())
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 class _Journal:
