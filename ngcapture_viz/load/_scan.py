@@ -129,17 +129,21 @@ def _read_file(task: FileTask) -> _FileBytes:
     try:
         stat = os.fstat(fd)
         size = stat.st_size
-        content = os.pread(fd, max(0, size - start), start) if size > start else b""
-        consumed = start + content.rfind(b"\n") + 1
-        head = _fingerprint_read(fd, content, start, 0, min(_PROBE, consumed))
-        # Up to _PROBE bytes, the head, the tail and the whole are one range: hashed once.
-        small = consumed <= _PROBE
-        tail = head if small else _fingerprint_read(fd, content, start, consumed - _PROBE, consumed)
         # A file modified close to the scan may be rewritten again within the same mtime
         # tick (same size, same mtime): keep a hash of all of it so the next refresh can tell.
+        # All of it is then read at once (an append's part, head, tail and whole: one read).
+        racy = is_racy(stat.st_mtime_ns, task.scan_ns)
+        offset = 0 if racy else start
+        data = os.pread(fd, max(0, size - offset), offset) if size > offset else b""
+        content = data[start - offset :] if start > offset else data
+        consumed = start + content.rfind(b"\n") + 1
+        head = _fingerprint_read(fd, data, offset, 0, min(_PROBE, consumed))
+        # Up to _PROBE bytes, the head, the tail and the whole are one range: hashed once.
+        small = consumed <= _PROBE
+        tail = head if small else _fingerprint_read(fd, data, offset, consumed - _PROBE, consumed)
         full = None
-        if is_racy(stat.st_mtime_ns, task.scan_ns):
-            full = head if small else _fingerprint_read(fd, content, start, 0, consumed)
+        if racy:
+            full = head if small else _fingerprint_read(fd, data, offset, 0, consumed)
     finally:
         os.close(fd)
     return _FileBytes(content, consumed, stat.st_mtime_ns, stat.st_ino, head, tail, full)

@@ -343,11 +343,13 @@ class CaptureIndex:
         racy = {name for name, stat in stats.items() if is_racy(stat.st_mtime_ns, scan_ns)}
         # A refresh that reads few files decodes most entries only as far as their file.
         sparse = len(stats) * 4 < len(self.listing.stats)
+        # A file that grew since the index read it to its end is checked from there (its
+        # entries may be only in the part of the journals read); any other from offset 0.
         bases = {
             name: (row["size"], row["mtime_ns"])
             for name, row in previous.items()
             if name in stats and row["inode"] == stats[name].st_ino
-            and row["consumed"] == row["size"]
+            and row["consumed"] == row["size"] < stats[name].st_size
         }  # fmt: skip
         journals = Journals(
             str(self.root), stats, sparse=sparse, racy=racy,

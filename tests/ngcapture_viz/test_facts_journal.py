@@ -584,3 +584,29 @@ def test_chunks_from_a_mark(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chu
     assert read([inode + 1, at]) == whole  # another file
     assert read([inode, path.stat().st_size + 1]) == whole  # cut shorter since
     assert read([inode, 0]) == whole
+
+
+def test_a_file_and_journal_cut_back_are_read_from_the_journal_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After an append and a refresh, the file and the journal are put back as they were
+    (size and mtime): the journal accounts for the file from offset 0 again (the chain does
+    not start at the grown state the index holds), so the file is read from it."""
+    for module in (_file_state, index_module):
+        monkeypatch.setattr(module, "RACY_NS", 0)
+    root, index_dir = tmp_path / "calls", tmp_path / "index"
+    counts = _store(root, files=8)
+    journal = _journal_path(root)
+    path = root / f"4-0{DATA_SUFFIX}"
+    kept = [(p, p.stat().st_size, p.stat().st_mtime_ns) for p in (path, journal)]
+    ngv.open_run(root, progress=False, index_dir=index_dir)
+    _journaled_appends(root, 21, ("4-0",), journal.stem)
+    ngv.open_run(root, progress=False, index_dir=index_dir)
+    for file, size, mtime in kept:
+        os.truncate(file, size)
+        os.utime(file, ns=(mtime, mtime))
+    again = ngv.open_run(root, progress=False, index_dir=index_dir)
+    assert again.index_stats is not None
+    assert again.index_stats.reread == 1
+    assert again.index_stats.decoded.get("journal") == counts["4-0"]
+    _same_as_lines(again, root, tmp_path)
