@@ -127,7 +127,7 @@ def journal_marks(directory: str) -> dict[str, list[int]]:
     marks: dict[str, list[int]] = {}
     for path in _journal_paths(directory):
         try:
-            stat = os.stat(path, follow_symlinks=False)
+            stat = os.stat(path)  # as ``_chunks`` opens it (a link: its target)
         except OSError:
             continue
         marks[os.path.basename(path)] = [stat.st_ino, stat.st_size]

@@ -610,3 +610,37 @@ def test_a_file_and_journal_cut_back_are_read_from_the_journal_again(
     assert again.index_stats.reread == 1
     assert again.index_stats.decoded.get("journal") == counts["4-0"]
     _same_as_lines(again, root, tmp_path)
+
+
+def test_marks_are_taken_before_the_files_are_stated_and_hold_for_a_second_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A line appended to an unchanged file after the listing's ``stat`` (during a refresh
+    that saves the index) has its entry after the mark that refresh saves, so the next
+    refresh serves the grown file from the journal; also when the journal is too large to
+    keep and is decoded again from the mark."""
+    for module in (_file_state, index_module):
+        monkeypatch.setattr(module, "RACY_NS", 0)
+    monkeypatch.setattr(_journal, "KEEP_ENTRIES", 0)  # every refresh decodes twice
+    root, index_dir = tmp_path / "calls", tmp_path / "index"
+    _store(root, files=8)
+    token = _journal_path(root).stem
+    ngv.open_run(root, progress=False, index_dir=index_dir)
+    _journaled_appends(root, 31, ("3-0",), token)  # so that the next refresh saves
+    real = index_module.DirListing.read
+
+    def listing_then_append(path: Path) -> Any:
+        found = real(path)
+        _journaled_appends(root, 32, ("2-0",), token)
+        return found
+
+    monkeypatch.setattr(index_module.DirListing, "read", listing_then_append)
+    between = ngv.open_run(root, progress=False, index_dir=index_dir)
+    monkeypatch.setattr(index_module.DirListing, "read", real)
+    assert between.index_stats is not None
+    assert between.index_stats.decoded == {"facts": 0, "bodies": 0, "exact": 0, "journal": 1}
+    again = ngv.open_run(root, progress=False, index_dir=index_dir)
+    assert again.index_stats is not None
+    assert (again.index_stats.appended, again.index_stats.reread) == (1, 0)
+    assert again.index_stats.decoded == {"facts": 0, "bodies": 0, "exact": 0, "journal": 1}
+    _same_as_lines(again, root, tmp_path)
