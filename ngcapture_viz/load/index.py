@@ -27,11 +27,10 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
 from stat import S_ISREG
-from typing import Any, Final
+from typing import Final
 
 import polars as pl
 
-from capture_core.facts_journal import JOURNAL_DIR
 from ngcapture_viz.exceptions import CaptureIndexError
 from ngcapture_viz.frames.calls import CALLS
 from ngcapture_viz.frames.gaps import GAPS
@@ -46,15 +45,10 @@ from ngcapture_viz.load._index_files import (
     write_tables,
 )
 from ngcapture_viz.load._journal import Journals, journal_marks
-from ngcapture_viz.load._listing import DirListing, content_matches, prefix_matches
+from ngcapture_viz.load._listing import DirListing
+from ngcapture_viz.load._plan import plan_refresh
 from ngcapture_viz.load._progress import progress_bar
-from ngcapture_viz.load._scan import (
-    RACY_NS,
-    FileTask,
-    ScanResult,
-    is_racy,
-    scan_files,
-)
+from ngcapture_viz.load._scan import FileTask, ScanResult, scan_files
 
 __all__ = ["INDEX_DIR_NAME", "CaptureIndex", "DirListing", "IndexStats", "default_cache_dir"]
 
@@ -195,7 +189,11 @@ class CaptureIndex:
             self.listing = DirListing.read(self.root)
             old = saved.result() if saved is not None else None
         stats = IndexStats(location=self.location() or self.candidates()[0])
-        tasks, keep = self._plan(old, stats, scan_ns)
+        plan = plan_refresh(self.root, self.listing, old, scan_ns, verify=self.verify)
+        tasks, keep, self._settled = plan.tasks, plan.keep, plan.settled
+        self._journals = {str(self.root): plan.journals} if plan.journals is not None else {}
+        stats.reused, stats.appended, stats.reread = plan.reused, plan.appended, plan.reread
+        stats.new, stats.removed = plan.new, plan.removed
         result = self._run(tasks, stats, progress=progress)
         if old is not None and not tasks and not stats.removed:
             self.files, self.calls = old.files, old.calls
@@ -236,129 +234,6 @@ class CaptureIndex:
                 logger.warning("%s; using the rows in memory only", exc)
                 stats.location = None
         return stats
-
-    def _plan(
-        self, old: IndexTables | None, stats: IndexStats, scan_ns: int
-    ) -> tuple[list[FileTask], set[str]]:
-        """Decide per file: reuse, append or re-read. Returns the tasks and the names kept."""
-        listing = self.listing
-        keep: set[str] = set()  # files whose rows before ``consumed`` stay
-        previous: dict[str, dict[str, Any]] = {}
-        if old is not None:
-            # Vectorized first pass: most files are unchanged on a warm open. A file that
-            # could not be stat'ed has no row here and is re-read below.
-            current = listing.stat_frame
-            joined = current.join(old.files, on="name", how="inner")
-            same = (
-                (pl.col("now_inode") == pl.col("inode"))
-                & (pl.col("now_size") == pl.col("size"))
-                & (pl.col("now_mtime") == pl.col("mtime_ns"))
-                & (pl.col("consumed") == pl.col("size"))
-            )
-            racy = pl.col("now_mtime") >= pl.col("scanned_ns") - RACY_NS
-            keep = set(joined.filter(same & ~racy)["name"].to_list())
-            # Unchanged-looking files modified near their scan: trust their content hash only.
-            for candidate in joined.filter(same & racy).iter_rows(named=True):
-                if content_matches(self.root / candidate["name"], candidate):
-                    keep.add(candidate["name"])
-                    if not is_racy(candidate["now_mtime"], scan_ns):
-                        self._settled.add(candidate["name"])  # hash-checked once: trust mtime
-            stats.reused = len(keep)
-            changed = joined.filter(~(same & ~racy)).select(old.files.columns)
-            previous = {
-                row["name"]: row for row in changed.iter_rows(named=True) if row["name"] not in keep
-            }
-            # Gone from the directory (a file that could not be stat'ed is still there).
-            present = pl.Series(list(listing.data.values()), dtype=pl.String)
-            stats.removed = old.files.height - int(old.files["name"].is_in(present.implode()).sum())
-        tasks: list[FileTask] = []
-        prefix = str(self.root) + os.sep  # pathlib costs ~6 µs a join: too much per file
-        journals = self._read_journals(keep, scan_ns, old, previous)
-        for rollout_id, name in listing.data.items():
-            if name in keep:
-                continue
-            path = prefix + name
-            row = previous.get(name)
-            stat = self.listing.stats.get(name)
-            if stat is None:  # could not be stat'ed: the scan reports why
-                tasks.append(FileTask(path, name, rollout_id, scan_ns=scan_ns))
-                continue
-            if row is None:
-                stats.new += 1
-                tasks.append(FileTask(path, name, rollout_id, scan_ns=scan_ns))
-            elif (
-                stat.st_ino == row["inode"]
-                and stat.st_size >= row["consumed"]
-                and (stat.st_size > row["size"] or stat.st_mtime_ns == row["mtime_ns"])
-                and (
-                    prefix_matches(path, row)
-                    if row["head_hash"] is not None
-                    # Read from a journal before (nothing hashed): an append only if it
-                    # grew and the journal still accounts for all of it, old end included
-                    # (unchanged but racy, it is read again, as a hash could not vouch).
-                    else stat.st_size > row["size"]
-                    and _journal_vouches(journals, name, row["consumed"])
-                )
-            ):
-                stats.appended += 1
-                keep.add(name)
-                tasks.append(
-                    FileTask(
-                        path,
-                        name,
-                        rollout_id,
-                        start=row["consumed"],
-                        call_index=row["next_call_index"],
-                        line=row["next_line"],
-                        scan_ns=scan_ns,
-                    )
-                )
-            else:
-                stats.reread += 1
-                tasks.append(FileTask(path, name, rollout_id, scan_ns=scan_ns))
-        return tasks, keep
-
-    def _read_journals(
-        self,
-        keep: set[str],
-        scan_ns: int,
-        old: IndexTables | None,
-        previous: dict[str, dict[str, Any]],
-    ) -> Journals | None:
-        """The facts journals, read once for the files about to be read (the planner asks
-        them about appends, the scan takes rows from them); ``None`` without any, or when
-        ``verify`` (which reads every line). With a saved index, each journal is read from
-        where it ended before that index's refresh, and a file the index read to its end
-        is checked from there (``previous``: the saved states of the changed files)."""
-        self._journals = {}
-        if self.verify or not (self.root / JOURNAL_DIR).is_dir():
-            return None
-        if keep.issuperset(self.listing.stats):  # a warm open: no file to read
-            return None
-        stats = {
-            name: stat
-            for name, stat in self.listing.stats.items()
-            if name not in keep and stat is not None and S_ISREG(stat.st_mode)
-        }
-        # A file modified within the racy window is read from its lines; the journal still
-        # says whether what was read of it before is intact (an append).
-        racy = {name for name, stat in stats.items() if is_racy(stat.st_mtime_ns, scan_ns)}
-        # A refresh that reads few files decodes most entries only as far as their file.
-        sparse = len(stats) * 4 < len(self.listing.stats)
-        # A file that grew since the index read it to its end is checked from there (its
-        # entries may be only in the part of the journals read); any other from offset 0.
-        bases = {
-            name: (row["size"], row["mtime_ns"])
-            for name, row in previous.items()
-            if name in stats and row["inode"] == stats[name].st_ino
-            and row["consumed"] == row["size"] < stats[name].st_size
-        }  # fmt: skip
-        journals = Journals(
-            str(self.root), stats, sparse=sparse, racy=racy,
-            since=old.journals if old is not None else None, bases=bases,
-        )  # fmt: skip
-        self._journals[str(self.root)] = journals
-        return journals
 
     def _run(
         self, tasks: list[FileTask], stats: IndexStats, *, progress: bool | None
@@ -533,10 +408,3 @@ def _keep_tool_rows(
     """Tool rows whose call is kept."""
     kept_calls = _keep_rows(calls, boundary, "byte_offset").select("rollout_id", "call_index")
     return tools.join(kept_calls, on=["rollout_id", "call_index"], how="semi")
-
-
-def _journal_vouches(journals: Journals | None, name: str, consumed: int) -> bool:
-    """Whether the journals account for all of ``name`` now, with a line starting at
-    ``consumed``: the bytes read before are then the ones the server wrote, and only what
-    follows needs reading."""
-    return journals is not None and journals.first_at(name, consumed) is not None

@@ -34,6 +34,7 @@ from capture_core.store import DATA_SUFFIX
 from capture_core.testing import CaptureLineFactory
 from capture_core.writers import CaptureWriter
 from ngcapture_viz.load import _file_state, _journal, _scan
+from ngcapture_viz.load import _plan as plan_module
 from ngcapture_viz.load import index as index_module
 from tests.ngcapture_viz import _reference_scan as reference
 
@@ -283,7 +284,7 @@ def test_open_run_and_its_index_refresh_read_the_journal(
 ) -> None:
     """Cold and +1 % opens of a journaled store equal opens of the same store read line by
     line (the journal moved away); the refresh re-reads only the appended files."""
-    for module in (_file_state, index_module):
+    for module in (_file_state, plan_module):
         monkeypatch.setattr(module, "RACY_NS", 0)  # files written a moment ago count as old
     root = tmp_path / "calls"
     counts = _store(root, files=20)
@@ -336,7 +337,7 @@ def test_an_append_just_written_is_read_from_its_lines_after_the_journal_vouches
     root = tmp_path / "calls"
     counts = _store(root, files=12)
     with monkeypatch.context() as patch:
-        for module in (_file_state, index_module):
+        for module in (_file_state, plan_module):
             patch.setattr(module, "RACY_NS", 0)
         first = ngv.open_run(root, progress=False, index_dir=tmp_path / "index")
     assert first.index_stats is not None
@@ -350,7 +351,7 @@ def test_an_append_just_written_is_read_from_its_lines_after_the_journal_vouches
     # Files unchanged since the first open count as settled (else, all written a moment
     # before it, they would be read again); the appended ones are racy for the scan,
     # however long the appends took.
-    monkeypatch.setattr(index_module, "RACY_NS", 0)
+    monkeypatch.setattr(plan_module, "RACY_NS", 0)
     monkeypatch.setattr(_file_state, "RACY_NS", 600 * 1_000_000_000)
     again = ngv.open_run(root, progress=False, index_dir=tmp_path / "index")
     assert again.index_stats is not None
@@ -477,7 +478,7 @@ def test_a_refresh_reads_the_journal_only_from_where_it_ended(
     """The index notes where the journal ended before its files were stat'ed; a refresh
     after more journaled appends decodes only the entries written since, and its rows are
     still the rows of the lines."""
-    for module in (_file_state, index_module):
+    for module in (_file_state, plan_module):
         monkeypatch.setattr(module, "RACY_NS", 0)
     root, index_dir = tmp_path / "calls", tmp_path / "index"
     counts = _store(root, files=20)
@@ -530,7 +531,7 @@ def test_a_mark_the_journal_no_longer_matches_is_never_trusted(
     """A journal replaced or cut shorter since the mark is read whole; a mark inside a line
     skips that line (its file is then read from its lines); malformed or missing marks read
     the journal whole. The rows are always the lines' rows."""
-    for module in (_file_state, index_module):
+    for module in (_file_state, plan_module):
         monkeypatch.setattr(module, "RACY_NS", 0)
     root, index_dir = tmp_path / "calls", tmp_path / "index"
     _store(root, files=10)
@@ -592,7 +593,7 @@ def test_a_file_and_journal_cut_back_are_read_from_the_journal_again(
     """After an append and a refresh, the file and the journal are put back as they were
     (size and mtime): the journal accounts for the file from offset 0 again (the chain does
     not start at the grown state the index holds), so the file is read from it."""
-    for module in (_file_state, index_module):
+    for module in (_file_state, plan_module):
         monkeypatch.setattr(module, "RACY_NS", 0)
     root, index_dir = tmp_path / "calls", tmp_path / "index"
     counts = _store(root, files=8)
@@ -619,7 +620,7 @@ def test_marks_are_taken_before_the_files_are_stated_and_hold_for_a_second_pass(
     that saves the index) has its entry after the mark that refresh saves, so the next
     refresh serves the grown file from the journal; also when the journal is too large to
     keep and is decoded again from the mark."""
-    for module in (_file_state, index_module):
+    for module in (_file_state, plan_module):
         monkeypatch.setattr(module, "RACY_NS", 0)
     monkeypatch.setattr(_journal, "KEEP_ENTRIES", 0)  # every refresh decodes twice
     root, index_dir = tmp_path / "calls", tmp_path / "index"

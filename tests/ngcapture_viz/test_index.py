@@ -331,6 +331,7 @@ def test_racy_files_are_hash_checked_once_then_trusted_again(
 ) -> None:
 
     import ngcapture_viz.load._listing as listing_module
+    import ngcapture_viz.load._plan as plan_module
     import ngcapture_viz.load.index as index_module
 
     for number, line in enumerate(line_factory.lines(3)):
@@ -346,7 +347,7 @@ def test_racy_files_are_hash_checked_once_then_trusted_again(
         checked.append(path.name)
         return real_check(path, row)
 
-    monkeypatch.setattr(index_module, "content_matches", counting)
+    monkeypatch.setattr(plan_module, "content_matches", counting)
     # Three seconds later (the clock the index reads), the files are old enough to trust.
     clock[0] += 3_000_000_000
     first = ngv.open_run(capture_dir)

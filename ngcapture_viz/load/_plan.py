@@ -1,0 +1,190 @@
+"""Planning an index refresh: for each capture file, reuse its rows, read what was appended,
+or read it again (the rules are in :mod:`ngcapture_viz.load.index`'s docstring).
+
+The plan compares the directory listing's ``stat`` of every file with the state the saved
+index recorded for it, in one vectorized pass (most files are unchanged on a warm open); only
+the files that moved get per-file Python: a hash check of what was read of them before, or the
+facts journals' word that a growth is an append (:mod:`ngcapture_viz.load._journal`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from stat import S_ISREG
+from typing import Any
+
+import polars as pl
+
+from capture_core.facts_journal import JOURNAL_DIR
+from ngcapture_viz.load._index_files import IndexTables
+from ngcapture_viz.load._journal import Journals
+from ngcapture_viz.load._listing import DirListing, content_matches, prefix_matches
+from ngcapture_viz.load._scan import RACY_NS, FileTask, is_racy
+
+__all__ = ["RefreshPlan", "plan_refresh"]
+
+
+@dataclass
+class RefreshPlan:
+    """What a refresh reads, and what it keeps of the saved index."""
+
+    tasks: list[FileTask] = field(default_factory=list)
+    keep: set[str] = field(default_factory=set)  # files whose rows before ``consumed`` stay
+    #: Files modified near their last scan whose content hash matched now, old enough to be
+    #: trusted by mtime from here on (the index records that, or every open re-hashes them).
+    settled: set[str] = field(default_factory=set)
+    #: The facts journals, read for the files about to be read (``None``: none, or verify).
+    journals: Journals | None = None
+    reused: int = 0
+    appended: int = 0
+    reread: int = 0
+    new: int = 0
+    removed: int = 0
+
+
+def plan_refresh(
+    root: Path,
+    listing: DirListing,
+    old: IndexTables | None,
+    scan_ns: int,
+    *,
+    verify: bool,
+) -> RefreshPlan:
+    """Decide per file of ``listing``: reuse, append or re-read, against the saved ``old``.
+
+    Example:
+        >>> plan = plan_refresh(root, DirListing.read(root), None, time.time_ns(),
+        ...                     verify=False)  # doctest: +SKIP
+        >>> plan.new == len(plan.tasks)  # doctest: +SKIP
+        True
+    """
+    plan = RefreshPlan()
+    keep = plan.keep
+    previous: dict[str, dict[str, Any]] = {}
+    if old is not None:
+        # Vectorized first pass: most files are unchanged on a warm open. A file that
+        # could not be stat'ed has no row here and is re-read below.
+        current = listing.stat_frame
+        joined = current.join(old.files, on="name", how="inner")
+        same = (
+            (pl.col("now_inode") == pl.col("inode"))
+            & (pl.col("now_size") == pl.col("size"))
+            & (pl.col("now_mtime") == pl.col("mtime_ns"))
+            & (pl.col("consumed") == pl.col("size"))
+        )
+        racy = pl.col("now_mtime") >= pl.col("scanned_ns") - RACY_NS
+        keep.update(joined.filter(same & ~racy)["name"].to_list())
+        # Unchanged-looking files modified near their scan: trust their content hash only.
+        for candidate in joined.filter(same & racy).iter_rows(named=True):
+            if content_matches(root / candidate["name"], candidate):
+                keep.add(candidate["name"])
+                if not is_racy(candidate["now_mtime"], scan_ns):
+                    plan.settled.add(candidate["name"])  # hash-checked once: trust mtime
+        plan.reused = len(keep)
+        changed = joined.filter(~(same & ~racy)).select(old.files.columns)
+        previous = {
+            row["name"]: row for row in changed.iter_rows(named=True) if row["name"] not in keep
+        }
+        # Gone from the directory (a file that could not be stat'ed is still there).
+        present = pl.Series(list(listing.data.values()), dtype=pl.String)
+        plan.removed = old.files.height - int(old.files["name"].is_in(present.implode()).sum())
+    prefix = str(root) + os.sep  # pathlib costs ~6 µs a join: too much per file
+    plan.journals = journals = _read_journals(
+        root, listing, keep, scan_ns=scan_ns, old=old, previous=previous, verify=verify
+    )
+    tasks = plan.tasks
+    for rollout_id, name in listing.data.items():
+        if name in keep:
+            continue
+        path = prefix + name
+        row = previous.get(name)
+        stat = listing.stats.get(name)
+        if stat is None:  # could not be stat'ed: the scan reports why
+            tasks.append(FileTask(path, name, rollout_id, scan_ns=scan_ns))
+            continue
+        if row is None:
+            plan.new += 1
+            tasks.append(FileTask(path, name, rollout_id, scan_ns=scan_ns))
+        elif (
+            stat.st_ino == row["inode"]
+            and stat.st_size >= row["consumed"]
+            and (stat.st_size > row["size"] or stat.st_mtime_ns == row["mtime_ns"])
+            and (
+                prefix_matches(path, row)
+                if row["head_hash"] is not None
+                # Read from a journal before (nothing hashed): an append only if it
+                # grew and the journal still accounts for all of it, old end included
+                # (unchanged but racy, it is read again, as a hash could not vouch).
+                else stat.st_size > row["size"]
+                and _journal_vouches(journals, name, row["consumed"])
+            )
+        ):
+            plan.appended += 1
+            keep.add(name)
+            tasks.append(
+                FileTask(
+                    path,
+                    name,
+                    rollout_id,
+                    start=row["consumed"],
+                    call_index=row["next_call_index"],
+                    line=row["next_line"],
+                    scan_ns=scan_ns,
+                )
+            )
+        else:
+            plan.reread += 1
+            tasks.append(FileTask(path, name, rollout_id, scan_ns=scan_ns))
+    return plan
+
+
+def _read_journals(
+    root: Path,
+    listing: DirListing,
+    keep: set[str],
+    *,
+    scan_ns: int,
+    old: IndexTables | None,
+    previous: dict[str, dict[str, Any]],
+    verify: bool,
+) -> Journals | None:
+    """The facts journals, read once for the files about to be read (the planner asks
+    them about appends, the scan takes rows from them); ``None`` without any, or when
+    ``verify`` (which reads every line). With a saved index, each journal is read from
+    where it ended before that index's refresh, and a file the index read to its end
+    is checked from there (``previous``: the saved states of the changed files)."""
+    if verify or not (root / JOURNAL_DIR).is_dir():
+        return None
+    if keep.issuperset(listing.stats):  # a warm open: no file to read
+        return None
+    stats = {
+        name: stat
+        for name, stat in listing.stats.items()
+        if name not in keep and stat is not None and S_ISREG(stat.st_mode)
+    }
+    # A file modified within the racy window is read from its lines; the journal still
+    # says whether what was read of it before is intact (an append).
+    racy = {name for name, stat in stats.items() if is_racy(stat.st_mtime_ns, scan_ns)}
+    # A refresh that reads few files decodes most entries only as far as their file.
+    sparse = len(stats) * 4 < len(listing.stats)
+    # A file that grew since the index read it to its end is checked from there (its
+    # entries may be only in the part of the journals read); any other from offset 0.
+    bases = {
+        name: (row["size"], row["mtime_ns"])
+        for name, row in previous.items()
+        if name in stats and row["inode"] == stats[name].st_ino
+        and row["consumed"] == row["size"] < stats[name].st_size
+    }  # fmt: skip
+    return Journals(
+        str(root), stats, sparse=sparse, racy=racy,
+        since=old.journals if old is not None else None, bases=bases,
+    )  # fmt: skip
+
+
+def _journal_vouches(journals: Journals | None, name: str, consumed: int) -> bool:
+    """Whether the journals account for all of ``name`` now, with a line starting at
+    ``consumed``: the bytes read before are then the ones the server wrote, and only what
+    follows needs reading."""
+    return journals is not None and journals.first_at(name, consumed) is not None
