@@ -170,18 +170,28 @@ class RunBuilder:
         for marker in listing.pending:
             if not marker.lost:
                 pending[marker.rollout_id] = pending.get(marker.rollout_id, 0) + 1
-        others = (listing.markers | set(pending)).difference(listing.data)
-        prefix = str(root) + os.sep  # pathlib costs ~6 µs a join: too much per rollout
-        ids = [*listing.data, *others]
-        self.store_rollouts = pl.DataFrame(
+        # Rollouts with a capture file, then those with only a marker: columns built by
+        # Polars from the listing's frame (Python lists cost ~0.3 s at 358k files).
+        others = sorted((listing.markers | set(pending)).difference(listing.data))
+        stem = pl.col("rollout_id")
+        with_file = data.select(
+            "rollout_id",
+            stem.is_in(sorted(listing.markers)).alias("incomplete"),
+            stem.replace_strict(pending, default=0, return_dtype=pl.Int64()).alias("pending_writes")
+            if pending
+            else pl.lit(0, pl.Int64()).alias("pending_writes"),
+            pl.concat_str(pl.lit(str(root) + os.sep), pl.col("name")).alias("path"),
+        )
+        without_file = pl.DataFrame(
             {
-                "rollout_id": ids,
-                "incomplete": [rollout_id in listing.markers for rollout_id in ids],
-                "pending_writes": [pending.get(rollout_id, 0) for rollout_id in ids],
-                "path": [prefix + name for name in listing.data.values()] + [None] * len(others),
+                "rollout_id": others,
+                "incomplete": [r in listing.markers for r in others],
+                "pending_writes": [pending.get(r, 0) for r in others],
+                "path": [None] * len(others),
             },
             schema=_STORE_SCHEMA,
         )
+        self.store_rollouts = pl.concat([with_file.cast(_STORE_SCHEMA), without_file])
 
     # -- the rollout file -----------------------------------------------------------------
 

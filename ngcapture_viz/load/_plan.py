@@ -37,6 +37,9 @@ class RefreshPlan:
     settled: set[str] = field(default_factory=set)
     #: The facts journals, read for the files about to be read (``None``: none, or verify).
     journals: Journals | None = None
+    #: Every file of the listing is unchanged since the saved index (``keep`` then stays
+    #: empty: nothing is merged, the saved tables are the rows).
+    everything_kept: bool = False
     reused: int = 0
     appended: int = 0
     reread: int = 0
@@ -75,6 +78,12 @@ def plan_refresh(
             & (pl.col("consumed") == pl.col("size"))
         )
         racy = pl.col("now_mtime") >= pl.col("scanned_ns") - RACY_NS
+        unchanged = int(joined.select((same & ~racy).sum()).item())
+        if unchanged == len(listing.data) == old.files.height:
+            # Every file listed is one the index holds, unchanged and not racy (and so none
+            # is gone): nothing to read, nothing to build per file (~0.3 s at 358k files).
+            plan.reused, plan.everything_kept = unchanged, True
+            return plan
         keep.update(joined.filter(same & ~racy)["name"].to_list())
         # Unchanged-looking files modified near their scan: trust their content hash only.
         for candidate in joined.filter(same & racy).iter_rows(named=True):
