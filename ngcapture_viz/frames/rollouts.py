@@ -117,16 +117,25 @@ def call_totals(calls: pl.DataFrame) -> pl.DataFrame:
         pl.when(pl.col(name).count() > 0).then(pl.col(name).sum()).alias(name)
         for name in TOKEN_TOTALS
     ]
-    return calls.group_by("rollout_id").agg(
-        pl.len().cast(pl.Int64).alias("num_calls"),
-        pl.col("error_category").is_not_null().sum().cast(pl.Int64).alias("num_errors"),
-        pl.col("num_tool_calls").sum().cast(pl.Int64),
-        *known_sum,
-        pl.when(pl.col("latency_total_ms").count() > 0)
-        .then(pl.col("latency_total_ms").sum().round(6))
-        .alias("latency_total_ms"),
-        pl.col("started_at").min(),
-        pl.col("completed_at").max(),
+    # The columns summed, in one chunk each: the index's tables come in many, and the
+    # group-by over them took twice as long (0.43 against 0.20 s for 1.8M calls).
+    used = ["rollout_id", "error_category", "num_tool_calls", *TOKEN_TOTALS,
+            "latency_total_ms", "started_at", "completed_at"]  # fmt: skip
+    return (
+        calls.select(used)
+        .rechunk()
+        .group_by("rollout_id")
+        .agg(
+            pl.len().cast(pl.Int64).alias("num_calls"),
+            pl.col("error_category").is_not_null().sum().cast(pl.Int64).alias("num_errors"),
+            pl.col("num_tool_calls").sum().cast(pl.Int64),
+            *known_sum,
+            pl.when(pl.col("latency_total_ms").count() > 0)
+            .then(pl.col("latency_total_ms").sum().round(6))
+            .alias("latency_total_ms"),
+            pl.col("started_at").min(),
+            pl.col("completed_at").max(),
+        )
     )
 
 
