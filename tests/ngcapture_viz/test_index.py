@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import ngcapture_viz as ngv
 from capture_core import CaptureStore
 from capture_core.testing import CaptureLineFactory
+from ngcapture_viz.load._plan import RefreshPlan
 from ngcapture_viz.load.index import INDEX_DIR_NAME, CaptureIndex, IndexStats
 from tests.ngcapture_viz.conftest import write_capture
 
@@ -376,3 +378,39 @@ def test_an_unwritable_index_warns_and_keeps_the_rows(
     assert "could not write the index" in caplog.text
     with pytest.raises(ngv.CaptureIndexError, match="could not write the index"):
         CaptureIndex(capture_dir).refresh(require_write=True)
+
+
+def test_a_warm_open_with_every_file_unchanged_plans_nothing_per_file(
+    capture_dir: Path, line_factory: CaptureLineFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ngcapture_viz.load.index as index_module
+
+    lines = list(line_factory.lines(4))
+    for number, line in enumerate(lines[:3]):
+        write_capture(capture_dir, f"{number}-0", [line])
+    clock = [max(p.stat().st_mtime_ns for p in capture_dir.glob("*.capture.jsonl"))]
+    clock[0] += 3_000_000_000  # the index's clock: every file is old enough to trust
+    monkeypatch.setattr(index_module.time, "time_ns", lambda: clock[0])
+    plans: list[RefreshPlan] = []
+    real_plan = index_module.plan_refresh
+
+    def spying(*args: Any, **kwargs: Any) -> RefreshPlan:
+        plans.append(plan := real_plan(*args, **kwargs))
+        return plan
+
+    monkeypatch.setattr(index_module, "plan_refresh", spying)
+    ngv.open_run(capture_dir)
+    warm = ngv.open_run(capture_dir)
+    assert [p.everything_kept for p in plans] == [False, True]
+    assert _counters(_stats(warm)) == (3, 3, 0, 0, 0, 0)
+    _assert_same_as_plain_read(warm, capture_dir)
+    # One file gone and one new: as many files as the index holds, but not the same ones.
+    (capture_dir / "0-0.capture.jsonl").unlink()
+    added = write_capture(capture_dir, "7-0", [lines[3]])
+    old = clock[0] - 3_000_000_000
+    os.utime(added, ns=(old, old))
+    swapped = ngv.open_run(capture_dir)
+    assert plans[-1].everything_kept is False
+    assert _counters(_stats(swapped)) == (3, 2, 0, 0, 1, 1)
+    assert sorted(swapped.calls["rollout_id"].unique()) == ["1-0", "2-0", "7-0"]
+    _assert_same_as_plain_read(swapped, capture_dir)
