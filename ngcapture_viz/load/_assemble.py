@@ -1,21 +1,18 @@
 """Assemble a run's frames from its sources: store rows, rollout records, and their comparison.
 
-``RunBuilder`` reads the capture directory (through the sidecar index) and the rollout file,
-turns every problem into a gap row, reconciles the rollout attachments with the store (calls in
-one and not the other, different totals), and derives the per-rollout totals.
+``RunBuilder`` reads the capture directory (``_store_part``: through the sidecar index) and the
+rollout file, turns every problem into a gap row, reconciles the rollout attachments with the
+store (calls in one and not the other, different totals), and derives the per-rollout totals.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from capture_core import MARKER_SUFFIX
-from capture_core.writers import FAILURE_LOG_SUFFIX, FAILURES_DIR
 from ngcapture_viz.frames.calls import CALLS, CallColumns
 from ngcapture_viz.frames.gaps import GAPS, AnalysisGap, GapRows
 from ngcapture_viz.frames.rollouts import (
@@ -28,13 +25,12 @@ from ngcapture_viz.frames.rollouts import (
 )
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS, ToolCallColumns
 from ngcapture_viz.load._index_files import is_ordered
+from ngcapture_viz.load._store_part import STORE_SCHEMA, PathLike, read_store_part
 from ngcapture_viz.load.failures import Failures
-from ngcapture_viz.load.index import CaptureIndex, IndexStats
+from ngcapture_viz.load.index import IndexStats
 from ngcapture_viz.load.rollouts import RolloutSource
 
 __all__ = ["RunBuilder", "RunFrames", "Sources"]
-
-PathLike = str | os.PathLike[str]
 
 
 @dataclass(frozen=True)
@@ -65,7 +61,7 @@ class RunBuilder:
         self.store_tools = TOOL_CALLS.empty()
         self.gaps = GapRows()
         self.gap_frames: list[pl.DataFrame] = []
-        self.store_rollouts = pl.DataFrame(schema=_STORE_SCHEMA)
+        self.store_rollouts = pl.DataFrame(schema=STORE_SCHEMA)
         self.records: RolloutSource | None = None
         self.failures: Failures | None = None
         self._failed_records: set[int] = set()  # id() of the records read from the failures
@@ -84,114 +80,12 @@ class RunBuilder:
     ) -> None:
         root = self.sources.capture_dir
         assert root is not None
-        idx = CaptureIndex(root, index_dir=index_dir, workers=workers, verify=verify)
-        self.index_stats = idx.refresh(progress=progress, write=index, reuse=index)
-        calls, damaged = idx.frames_with_paths()
-        self.store_calls = calls
-        self.store_tools = idx.tool_calls
-        self.gap_frames.append(damaged)
-        listing = idx.listing
-        for name, reason in idx.unreadable:
-            self.gaps.add(
-                AnalysisGap.FILE_UNREADABLE,
-                source="store",
-                rollout_id=name.removesuffix(".capture.jsonl"),
-                detail=reason,
-                path=str(root / name),
-            )
-        for name in listing.foreign:
-            self.gaps.add(
-                AnalysisGap.FOREIGN_FILE,
-                source="store",
-                detail="not a <rollout_id>.capture.jsonl file or marker",
-                path=str(root / name),
-            )
-        # The calls that landed, asked of only when a mark or a failure names a call (a set of
-        # every call of a large store costs ~1 s).
-        named = {(m.rollout_id, m.model_call_id) for m in listing.pending if m.lost}
-        named |= {(f.rollout_id, f.model_call_id) for f in listing.failures}
-        landed = _landed(calls, named)
-        # A rollout whose failed calls the failure logs name call by call needs no rollout-level
-        # gap as well (as in the collector's attachment).
-        explained = {f.rollout_id for f in listing.failures
-                     if (f.rollout_id, f.model_call_id) not in landed}  # fmt: skip
-        for rollout_id in sorted(listing.markers - explained):
-            self.gaps.add(
-                "model_call_capture_incomplete",
-                source="store",
-                rollout_id=rollout_id,
-                detail="the capture server failed to record at least one call",
-                path=str(root / f"{rollout_id}{MARKER_SUFFIX}"),
-            )
-        for marker in listing.pending:
-            if marker.lost and (marker.rollout_id, marker.model_call_id) in landed:
-                continue  # a stale marker: its server died after the line landed
-            self.gaps.add(
-                "model_call_capture_lost" if marker.lost else "model_call_capture_pending",
-                source="store",
-                rollout_id=marker.rollout_id,
-                model_call_id=marker.model_call_id,
-                detail=(
-                    f"its server (writer {marker.writer}) died before the line landed"
-                    if marker.lost
-                    else "the capture write had not landed when the run was opened"
-                ),
-                path=str(marker.path),
-            )
-        for failure in listing.failures:
-            if (failure.rollout_id, failure.model_call_id) in landed:
-                continue
-            self.gaps.add(
-                "model_call_capture_failed",
-                source="store",
-                rollout_id=failure.rollout_id,
-                model_call_id=failure.model_call_id,
-                detail=f"the capture line could not be written: {failure.reason}",
-                path=str(root / FAILURES_DIR / f"{failure.writer}{FAILURE_LOG_SUFFIX}"),
-            )
-        data = pl.DataFrame(
-            {"rollout_id": list(listing.data), "name": list(listing.data.values())},
-            schema={"rollout_id": pl.String(), "name": pl.String()},
-        )
-        with_lines = pl.concat([calls.select("rollout_id"), damaged.select("rollout_id")])
-        unreadable = [name for name, _ in idx.unreadable]
-        empty = data.join(with_lines.unique(), on="rollout_id", how="anti").filter(
-            ~pl.col("name").is_in(unreadable)
-        )
-        for rollout_id, name in empty.sort("rollout_id").iter_rows():
-            self.gaps.add(
-                AnalysisGap.EMPTY_FILE,
-                source="store",
-                rollout_id=rollout_id,
-                detail="the capture file holds no line",
-                path=str(root / name),
-            )
-        pending: dict[str, int] = {}
-        for marker in listing.pending:
-            if not marker.lost:
-                pending[marker.rollout_id] = pending.get(marker.rollout_id, 0) + 1
-        # Rollouts with a capture file, then those with only a marker: columns built by
-        # Polars from the listing's frame (Python lists cost ~0.3 s at 358k files).
-        others = sorted((listing.markers | set(pending)).difference(listing.data))
-        stem = pl.col("rollout_id")
-        with_file = data.select(
-            "rollout_id",
-            stem.is_in(sorted(listing.markers)).alias("incomplete"),
-            stem.replace_strict(pending, default=0, return_dtype=pl.Int64()).alias("pending_writes")
-            if pending
-            else pl.lit(0, pl.Int64()).alias("pending_writes"),
-            pl.concat_str(pl.lit(str(root) + os.sep), pl.col("name")).alias("path"),
-        )
-        without_file = pl.DataFrame(
-            {
-                "rollout_id": others,
-                "incomplete": [r in listing.markers for r in others],
-                "pending_writes": [pending.get(r, 0) for r in others],
-                "path": [None] * len(others),
-            },
-            schema=_STORE_SCHEMA,
-        )
-        self.store_rollouts = pl.concat([with_file.cast(_STORE_SCHEMA), without_file])
+        part = read_store_part(root, self.gaps, index=index, index_dir=index_dir,
+                               workers=workers, progress=progress, verify=verify)  # fmt: skip
+        self.index_stats = part.stats
+        self.store_calls, self.store_tools = part.calls, part.tool_calls
+        self.gap_frames.append(part.damaged)
+        self.store_rollouts = part.rollouts
 
     # -- the rollout file -----------------------------------------------------------------
 
@@ -437,14 +331,6 @@ class RunBuilder:
                 )
 
 
-_STORE_SCHEMA = pl.Schema(
-    {
-        "rollout_id": pl.String(),
-        "incomplete": pl.Boolean(),
-        "pending_writes": pl.Int64(),
-        "path": pl.String(),
-    }
-)
 _BASE = (
     "rollout_id",
     "task_id",
@@ -472,17 +358,6 @@ def _sorted(frame: pl.DataFrame, *keys: str) -> pl.DataFrame:
         frame = frame.sort(*keys)
     # Sorted by the keys, so by the first: telling Polars speeds up the per-rollout group-by.
     return frame.with_columns(pl.col(keys[0]).set_sorted())
-
-
-def _landed(calls: pl.DataFrame, named: set[tuple[str, str]]) -> set[tuple[str, str]]:
-    """Which of the ``(rollout_id, model_call_id)`` pairs ``named`` have a row in ``calls``."""
-    if not named:
-        return set()
-    asked = pl.DataFrame(
-        list(named), schema={"rollout_id": pl.String(), "model_call_id": pl.String()}, orient="row"
-    )
-    found = asked.join(calls.select("rollout_id", "model_call_id"), on=asked.columns, how="semi")
-    return set(found.iter_rows())
 
 
 def latest(source: RolloutSource | None) -> list[Any]:
