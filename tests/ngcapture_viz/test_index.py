@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 
 import ngcapture_viz as ngv
@@ -380,17 +381,21 @@ def test_an_unwritable_index_warns_and_keeps_the_rows(
         CaptureIndex(capture_dir).refresh(require_write=True)
 
 
-def test_a_warm_open_with_every_file_unchanged_plans_nothing_per_file(
-    capture_dir: Path, line_factory: CaptureLineFactory, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("change", ["none", "swap", "add", "remove", "duplicate row"])
+def test_only_a_warm_open_with_every_file_unchanged_plans_nothing_per_file(
+    capture_dir: Path,
+    line_factory: CaptureLineFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    change: str,
 ) -> None:
     import ngcapture_viz.load.index as index_module
 
     lines = list(line_factory.lines(4))
     for number, line in enumerate(lines[:3]):
         write_capture(capture_dir, f"{number}-0", [line])
-    clock = [max(p.stat().st_mtime_ns for p in capture_dir.glob("*.capture.jsonl"))]
-    clock[0] += 3_000_000_000  # the index's clock: every file is old enough to trust
-    monkeypatch.setattr(index_module.time, "time_ns", lambda: clock[0])
+    written = max(p.stat().st_mtime_ns for p in capture_dir.glob("*.capture.jsonl"))
+    scan_ns = written + 3_000_000_000  # the index's clock: every file is old enough to trust
+    monkeypatch.setattr(index_module.time, "time_ns", lambda: scan_ns)
     plans: list[RefreshPlan] = []
     real_plan = index_module.plan_refresh
 
@@ -400,17 +405,27 @@ def test_a_warm_open_with_every_file_unchanged_plans_nothing_per_file(
 
     monkeypatch.setattr(index_module, "plan_refresh", spying)
     ngv.open_run(capture_dir)
-    warm = ngv.open_run(capture_dir)
-    assert [p.everything_kept for p in plans] == [False, True]
-    assert _counters(_stats(warm)) == (3, 3, 0, 0, 0, 0)
-    _assert_same_as_plain_read(warm, capture_dir)
-    # One file gone and one new: as many files as the index holds, but not the same ones.
-    (capture_dir / "0-0.capture.jsonl").unlink()
-    added = write_capture(capture_dir, "7-0", [lines[3]])
-    old = clock[0] - 3_000_000_000
-    os.utime(added, ns=(old, old))
-    swapped = ngv.open_run(capture_dir)
-    assert plans[-1].everything_kept is False
-    assert _counters(_stats(swapped)) == (3, 2, 0, 0, 1, 1)
-    assert sorted(swapped.calls["rollout_id"].unique()) == ["1-0", "2-0", "7-0"]
-    _assert_same_as_plain_read(swapped, capture_dir)
+    assert not plans[-1].everything_kept
+    expected_ids = ["0-0", "1-0", "2-0"]
+    counters = (3, 3, 0, 0, 0, 0)  # (files, reused, appended, reread, new, removed)
+    if change in ("swap", "remove"):
+        (capture_dir / "0-0.capture.jsonl").unlink()
+        expected_ids.remove("0-0")
+        counters = (2, 2, 0, 0, 0, 1)
+    if change in ("swap", "add"):
+        added = write_capture(capture_dir, "7-0", [lines[3]])
+        os.utime(added, ns=(written, written))  # as old as the others
+        expected_ids.append("7-0")
+        counters = (3, 2, 0, 0, 1, 1) if change == "swap" else (4, 3, 0, 0, 1, 0)
+    if change == "duplicate row":
+        # A damaged files table: 0-0's row twice, 1-0's missing (same row count).
+        [table] = (capture_dir / INDEX_DIR_NAME).glob("files-*.parquet")
+        files = pl.read_parquet(table)
+        first = files.filter(pl.col("name") == "0-0.capture.jsonl")
+        pl.concat([first, files.filter(pl.col("name") != "1-0.capture.jsonl")]).write_parquet(table)
+    run = ngv.open_run(capture_dir)
+    assert plans[-1].everything_kept is (change == "none")
+    assert sorted(run.calls["rollout_id"].unique()) == expected_ids
+    if change != "duplicate row":  # a damaged index is repaired, not promised to be equal
+        assert _counters(_stats(run)) == counters
+        _assert_same_as_plain_read(run, capture_dir)
