@@ -12,7 +12,7 @@ from capture_core import ModelCallRecord
 from ngcapture_viz.frames._columns import UTC_TIME, Column, FrameSchema
 
 if TYPE_CHECKING:
-    from ngcapture_viz.load._decode import CallValues
+    from ngcapture_viz.load._call_values import CallValues
 
 __all__ = [
     "CALLS",

@@ -13,7 +13,7 @@ from capture_core.facts import tool_choice_indices
 from ngcapture_viz.frames._columns import Column, FrameSchema
 
 if TYPE_CHECKING:
-    from ngcapture_viz.load._decode import CallValues
+    from ngcapture_viz.load._call_values import CallValues
 
 __all__ = ["TOOL_CALLS", "ToolCallColumns", "tool_choice_indices"]
 

@@ -27,7 +27,8 @@ from capture_core._lines import TORN_REASON
 from ngcapture_viz.frames.calls import CallColumns
 from ngcapture_viz.frames.gaps import AnalysisGap, GapRows
 from ngcapture_viz.frames.tool_calls import ToolCallColumns
-from ngcapture_viz.load._decode import CallValues, FactsMismatch, LineDecoder, NotAnObject
+from ngcapture_viz.load._call_values import CallValues
+from ngcapture_viz.load._decode import FactsMismatch, LineDecoder, NotAnObject
 from ngcapture_viz.load._facts_rows import FactsRows
 from ngcapture_viz.load._file_state import RACY_NS, FileState, FileTask, is_racy
 from ngcapture_viz.load._journal import JournalChanged, Journals
