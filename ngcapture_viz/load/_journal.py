@@ -41,13 +41,10 @@ import msgspec
 import polars as pl
 
 from capture_core.facts import FACTS_VERSION
-from capture_core.facts_journal import JOURNAL_DIR, JOURNAL_SUFFIX
+from ngcapture_viz.load._journal_files import decode_each, journal_chunks, journal_paths
 from ngcapture_viz.load._line_types import FastLine
 
-__all__ = ["Coverage", "JournalChanged", "JournalLine", "Journals", "journal_marks"]
-
-#: Bytes of a journal read and decoded at once.
-CHUNK_BYTES: Final = 32 * 1024 * 1024
+__all__ = ["Coverage", "JournalChanged", "JournalLine", "Journals"]
 
 
 class JournalChanged(Exception):
@@ -113,95 +110,6 @@ _ENTRY_SCHEMA: Final = {
 }
 
 
-def _journal_paths(directory: str) -> list[str]:
-    folder = os.path.join(directory, JOURNAL_DIR)
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError:
-        return []
-    return [os.path.join(folder, n) for n in names if n.endswith(JOURNAL_SUFFIX)]
-
-
-def journal_marks(directory: str) -> dict[str, list[int]]:
-    """Where each journal of ``directory`` ends now: its name → ``[inode, size]``."""
-    marks: dict[str, list[int]] = {}
-    for path in _journal_paths(directory):
-        try:
-            stat = os.stat(path)  # as ``_chunks`` opens it (a link: its target)
-        except OSError:
-            continue
-        marks[os.path.basename(path)] = [stat.st_ino, stat.st_size]
-    return marks
-
-
-def _chunks(path: str, since: Sequence[int] | None = None) -> Iterator[bytes]:
-    """The journal's whole lines (a last one still being written is left out), read and
-    given in chunks of about ``CHUNK_BYTES`` cut at newlines (a longer line is one chunk).
-    ``since``: ``[inode, offset]`` of a mark; the lines from that offset when the journal is
-    still that file and as long (else all of it), a line the offset falls inside skipped."""
-    try:
-        file = open(path, "rb")  # noqa: SIM115 - closed below; a generator holds it
-    except OSError:
-        return
-    with file:
-        try:
-            start = _start(file.fileno(), since)
-            if start:
-                file.seek(start - 1)  # from the byte before: is the mark a line's start?
-        except OSError:
-            return
-        skipping = bool(start)
-        rest = b""
-        while True:
-            try:
-                block = file.read(CHUNK_BYTES)
-            except OSError:
-                return
-            if not block:
-                return  # what is left has no newline: an entry still being written
-            data = rest + block if rest else block
-            if skipping:
-                # The newline before the mark, or the end of the line the mark falls inside.
-                newline = data.find(b"\n")
-                if newline < 0:
-                    rest = b""
-                    continue
-                data, skipping = data[newline + 1 :], False
-            cut = data.rfind(b"\n") + 1
-            if cut:
-                yield data[:cut] if cut < len(data) else data
-            rest = data[cut:]
-
-
-def _start(fd: int, since: Sequence[int] | None) -> int:
-    """The offset of the mark ``since`` in the open journal ``fd``: 0 without one, or when the
-    journal was replaced (another inode) or cut shorter since."""
-    if since is None:
-        return 0
-    stat = os.fstat(fd)
-    inode, offset = since
-    return offset if stat.st_ino == inode and 0 < offset <= stat.st_size else 0
-
-
-def _decode_each(decoder: msgspec.json.Decoder[Any], chunk: bytes) -> Sequence[Any]:
-    """One value per line of ``chunk`` (``decode_lines``); when a line is bad (a torn entry)
-    or blank (which ``decode_lines`` would skip), line by line, ``None`` for such lines."""
-    try:
-        found = decoder.decode_lines(chunk)
-    except (msgspec.DecodeError, RecursionError):
-        pass
-    else:
-        if len(found) == chunk.count(b"\n"):
-            return found
-    each: list[Any] = []
-    for line in chunk.split(b"\n")[:-1]:
-        try:
-            each.append(decoder.decode(line) if line.strip() else None)
-        except (msgspec.DecodeError, RecursionError):
-            each.append(None)
-    return each
-
-
 class Journals:
     """The facts journals of one directory, and the files among ``stats`` (name → its
     ``stat`` now) that they account for entirely (``covered``; their entries in ``entries``).
@@ -228,7 +136,7 @@ class Journals:
         since: Mapping[str, Sequence[int]] | None = None,
         bases: Mapping[str, tuple[int, int]] | None = None,
     ) -> None:
-        self.paths = _journal_paths(directory) if stats else []
+        self.paths = journal_paths(directory) if stats else []
         self._stats = stats
         self._since = [(since or {}).get(os.path.basename(path)) for path in self.paths]
         self._sparse = sparse
@@ -277,11 +185,11 @@ class Journals:
         stats = self._stats
         for journal, path in enumerate(self.paths):
             start = 0
-            for chunk in _chunks(path, self._since[journal]):
+            for chunk in journal_chunks(path, self._since[journal]):
                 found: list[tuple[int, JournalLine]] = []
                 if self._sparse:
                     lines: list[bytes] | None = None
-                    wheres: Sequence[_Where | None] = _decode_each(_WHERE, chunk)
+                    wheres: Sequence[_Where | None] = decode_each(_WHERE, chunk)
                     for number, where in enumerate(wheres):
                         if where is None:
                             continue
@@ -296,7 +204,7 @@ class Journals:
                         if _current(line):
                             found.append((start + number, line))
                 else:
-                    entries: Sequence[JournalLine | None] = _decode_each(_LINE, chunk)
+                    entries: Sequence[JournalLine | None] = decode_each(_LINE, chunk)
                     found = [
                         (start + number, entry)
                         for number, entry in enumerate(entries)
@@ -314,8 +222,8 @@ class Journals:
         ``(journal, index of the chunk's first line, one entry or None per line)``."""
         for journal, path in enumerate(self.paths):
             start = 0
-            for chunk in _chunks(path, self._since[journal]):
-                entries: Sequence[JournalLine | None] = _decode_each(_LINE, chunk)
+            for chunk in journal_chunks(path, self._since[journal]):
+                entries: Sequence[JournalLine | None] = decode_each(_LINE, chunk)
                 yield journal, start, entries
                 start += len(entries)
 

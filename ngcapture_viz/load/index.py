@@ -44,7 +44,8 @@ from ngcapture_viz.load._index_files import (
     write_delta,
     write_tables,
 )
-from ngcapture_viz.load._journal import Journals, journal_marks
+from ngcapture_viz.load._journal import Journals
+from ngcapture_viz.load._journal_files import journal_marks
 from ngcapture_viz.load._listing import DirListing
 from ngcapture_viz.load._plan import plan_refresh
 from ngcapture_viz.load._progress import progress_bar

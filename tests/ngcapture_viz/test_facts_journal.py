@@ -33,7 +33,7 @@ from capture_core.facts_journal import (
 from capture_core.store import DATA_SUFFIX
 from capture_core.testing import CaptureLineFactory
 from capture_core.writers import CaptureWriter
-from ngcapture_viz.load import _file_state, _journal, _scan
+from ngcapture_viz.load import _file_state, _journal, _journal_files, _scan
 from ngcapture_viz.load import _plan as plan_module
 from ngcapture_viz.load import index as index_module
 from tests.ngcapture_viz import _reference_scan as reference
@@ -236,7 +236,7 @@ def test_large_journals_are_decoded_again_a_chunk_at_a_time(
 ) -> None:
     counts = _store(tmp_path, files=30)
     monkeypatch.setattr(_journal, "KEEP_ENTRIES", 0)
-    monkeypatch.setattr(_journal, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(_journal_files, "CHUNK_BYTES", 4096)
     monkeypatch.setattr(_scan, "CHUNK_ROWS", 16)
     result = _scan_same(tmp_path)
     assert result.decoded.get("journal") == sum(counts.values())
@@ -457,18 +457,18 @@ def _journaled_appends(root: Path, seed: int, rollouts: tuple[str, ...], token: 
 def chunk_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     """Every journal read: (the offset it started from, the bytes it gave)."""
     reads: list[tuple[int, int]] = []
-    real = _journal._chunks
+    real = _journal.journal_chunks
 
     def spy(path: str, since: Any = None) -> Iterator[bytes]:
         given = 0
         with open(path, "rb") as file:
-            start = _journal._start(file.fileno(), since)
+            start = _journal_files.mark_offset(file.fileno(), since)
         for chunk in real(path, since):
             given += len(chunk)
             yield chunk
         reads.append((start, given))
 
-    monkeypatch.setattr(_journal, "_chunks", spy)
+    monkeypatch.setattr(_journal, "journal_chunks", spy)
     return reads
 
 
@@ -566,14 +566,14 @@ def test_a_mark_the_journal_no_longer_matches_is_never_trusted(
 
 @pytest.mark.parametrize("chunk", [7, 64, 1 << 20])
 def test_chunks_from_a_mark(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
-    monkeypatch.setattr(_journal, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(_journal_files, "CHUNK_BYTES", chunk)
     path = tmp_path / "journal.jsonl"
     lines = [b'{"a":%d,"pad":"%s"}\n' % (n, b"x" * (n * 13 % 50)) for n in range(20)]
     path.write_bytes(b"".join(lines) + b'{"torn":')
     inode = path.stat().st_ino
 
     def read(since: Any) -> bytes:
-        return b"".join(_journal._chunks(str(path), since))
+        return b"".join(_journal_files.journal_chunks(str(path), since))
 
     whole = b"".join(lines)
     assert read(None) == whole

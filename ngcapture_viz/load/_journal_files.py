@@ -1,0 +1,108 @@
+"""A directory's facts journals as files: which there are, where each ends (the marks an index
+refresh records), their whole lines in chunks from a mark, and each chunk decoded line by line.
+What the entries say about capture files is ``_journal``'s."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any, Final
+
+import msgspec
+
+from capture_core.facts_journal import JOURNAL_DIR, JOURNAL_SUFFIX
+
+__all__ = ["CHUNK_BYTES", "decode_each", "journal_chunks", "journal_marks", "journal_paths",
+           "mark_offset"]  # fmt: skip
+
+#: Bytes of a journal read and decoded at once.
+CHUNK_BYTES: Final = 32 * 1024 * 1024
+
+
+def journal_paths(directory: str) -> list[str]:
+    folder = os.path.join(directory, JOURNAL_DIR)
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    return [os.path.join(folder, n) for n in names if n.endswith(JOURNAL_SUFFIX)]
+
+
+def journal_marks(directory: str) -> dict[str, list[int]]:
+    """Where each journal of ``directory`` ends now: its name → ``[inode, size]``."""
+    marks: dict[str, list[int]] = {}
+    for path in journal_paths(directory):
+        try:
+            stat = os.stat(path)  # as ``journal_chunks`` opens it (a link: its target)
+        except OSError:
+            continue
+        marks[os.path.basename(path)] = [stat.st_ino, stat.st_size]
+    return marks
+
+
+def journal_chunks(path: str, since: Sequence[int] | None = None) -> Iterator[bytes]:
+    """The journal's whole lines (a last one still being written is left out), read and
+    given in chunks of about ``CHUNK_BYTES`` cut at newlines (a longer line is one chunk).
+    ``since``: ``[inode, offset]`` of a mark; the lines from that offset when the journal is
+    still that file and as long (else all of it), a line the offset falls inside skipped."""
+    try:
+        file = open(path, "rb")  # noqa: SIM115 - closed below; a generator holds it
+    except OSError:
+        return
+    with file:
+        try:
+            start = mark_offset(file.fileno(), since)
+            if start:
+                file.seek(start - 1)  # from the byte before: is the mark a line's start?
+        except OSError:
+            return
+        skipping = bool(start)
+        rest = b""
+        while True:
+            try:
+                block = file.read(CHUNK_BYTES)
+            except OSError:
+                return
+            if not block:
+                return  # what is left has no newline: an entry still being written
+            data = rest + block if rest else block
+            if skipping:
+                # The newline before the mark, or the end of the line the mark falls inside.
+                newline = data.find(b"\n")
+                if newline < 0:
+                    rest = b""
+                    continue
+                data, skipping = data[newline + 1 :], False
+            cut = data.rfind(b"\n") + 1
+            if cut:
+                yield data[:cut] if cut < len(data) else data
+            rest = data[cut:]
+
+
+def mark_offset(fd: int, since: Sequence[int] | None) -> int:
+    """The offset of the mark ``since`` in the open journal ``fd``: 0 without one, or when the
+    journal was replaced (another inode) or cut shorter since."""
+    if since is None:
+        return 0
+    stat = os.fstat(fd)
+    inode, offset = since
+    return offset if stat.st_ino == inode and 0 < offset <= stat.st_size else 0
+
+
+def decode_each(decoder: msgspec.json.Decoder[Any], chunk: bytes) -> Sequence[Any]:
+    """One value per line of ``chunk`` (``decode_lines``); when a line is bad (a torn entry)
+    or blank (which ``decode_lines`` would skip), line by line, ``None`` for such lines."""
+    try:
+        found = decoder.decode_lines(chunk)
+    except (msgspec.DecodeError, RecursionError):
+        pass
+    else:
+        if len(found) == chunk.count(b"\n"):
+            return found
+    each: list[Any] = []
+    for line in chunk.split(b"\n")[:-1]:
+        try:
+            each.append(decoder.decode(line) if line.strip() else None)
+        except (msgspec.DecodeError, RecursionError):
+            each.append(None)
+    return each
