@@ -177,7 +177,6 @@ class CaptureIndex:
             CaptureIndexError: the index could not be saved and saving was required.
         """
         scan_ns = time.time_ns()
-        self._settled = set()
         self._delta = None
         if self.verify:  # every line is read again from its bodies; nothing is saved
             reuse = write = False
