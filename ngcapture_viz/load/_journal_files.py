@@ -42,41 +42,60 @@ def journal_marks(directory: str) -> dict[str, list[int]]:
 
 def journal_chunks(path: str, since: Sequence[int] | None = None) -> Iterator[bytes]:
     """The journal's whole lines (a last one still being written is left out), read and
-    given in chunks of about ``CHUNK_BYTES`` cut at newlines (a longer line is one chunk).
-    ``since``: ``[inode, offset]`` of a mark; the lines from that offset when the journal is
-    still that file and as long (else all of it), a line the offset falls inside skipped."""
+    given in chunks of about ``CHUNK_BYTES`` cut at newlines (a longer line is one chunk; a
+    rest of up to half a chunk more is read with the chunk before it). ``since``: ``[inode,
+    offset]`` of a mark; the lines from that offset when the journal is still that file and
+    as long (else all of it), a line the offset falls inside skipped.
+
+    Each read starts at a line's start (``pread`` from the end of the lines given so far), so
+    no tail is carried over and joined to the next read: a journal of at most 1.5 chunks
+    ending with a newline is one read and no copy.
+    """
     try:
-        file = open(path, "rb")  # noqa: SIM115 - closed below; a generator holds it
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return
-    with file:
+    try:
+        yield from _chunks(fd, since)
+    finally:
+        os.close(fd)
+
+
+def _chunks(fd: int, since: Sequence[int] | None) -> Iterator[bytes]:
+    try:
+        start = mark_offset(fd, since)
+        size = os.fstat(fd).st_size
+    except OSError:
+        return
+    offset = start - 1 if start else 0  # from the byte before a mark: is it a line's start?
+    skipping = bool(start)
+    want = CHUNK_BYTES
+    while True:
+        left = size - offset
+        length = max(want, left) if left <= want + want // 2 else want
         try:
-            start = mark_offset(file.fileno(), since)
-            if start:
-                file.seek(start - 1)  # from the byte before: is the mark a line's start?
+            data = os.pread(fd, length, offset)
         except OSError:
             return
-        skipping = bool(start)
-        rest = b""
-        while True:
-            try:
-                block = file.read(CHUNK_BYTES)
-            except OSError:
-                return
-            if not block:
+        short = len(data) < length  # the end of the file
+        if skipping:
+            # The newline before the mark, or the end of the line the mark falls inside.
+            newline = data.find(b"\n")
+            if newline < 0:
+                if short:
+                    return
+                offset += len(data)
+                continue
+            data, offset, skipping = data[newline + 1 :], offset + newline + 1, False
+        cut = data.rfind(b"\n") + 1
+        if not cut:
+            if short:
                 return  # what is left has no newline: an entry still being written
-            data = rest + block if rest else block
-            if skipping:
-                # The newline before the mark, or the end of the line the mark falls inside.
-                newline = data.find(b"\n")
-                if newline < 0:
-                    rest = b""
-                    continue
-                data, skipping = data[newline + 1 :], False
-            cut = data.rfind(b"\n") + 1
-            if cut:
-                yield data[:cut] if cut < len(data) else data
-            rest = data[cut:]
+            want *= 2  # one line longer than the read: read more of it at once
+            continue
+        yield data if cut == len(data) else data[:cut]
+        offset += cut
+        want = CHUNK_BYTES
 
 
 def mark_offset(fd: int, since: Sequence[int] | None) -> int:

@@ -577,6 +577,10 @@ def test_chunks_from_a_mark(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chu
 
     whole = b"".join(lines)
     assert read(None) == whole
+    chunks = list(_journal_files.journal_chunks(str(path)))
+    assert all(c.endswith(b"\n") and c.count(b"\n") >= 1 for c in chunks)
+    if chunk < max(map(len, lines)):  # a line longer than a chunk is given whole
+        assert {line for c in chunks for line in c.splitlines(keepends=True)} == set(lines)
     at = sum(map(len, lines[:7]))
     assert read([inode, at]) == b"".join(lines[7:])  # a line's start
     assert read([inode, at + 3]) == b"".join(lines[8:])  # inside a line: skipped
@@ -585,6 +589,21 @@ def test_chunks_from_a_mark(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chu
     assert read([inode + 1, at]) == whole  # another file
     assert read([inode, path.stat().st_size + 1]) == whole  # cut shorter since
     assert read([inode, 0]) == whole
+
+
+@pytest.mark.parametrize("lines", [7, 8, 9])
+def test_a_rest_of_up_to_half_a_chunk_is_read_with_the_chunk_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lines: int
+) -> None:
+    """A journal of up to 1.5 chunks is one chunk (one read, no tail joined to another read);
+    a longer one is cut into chunks at newlines."""
+    monkeypatch.setattr(_journal_files, "CHUNK_BYTES", 100)
+    path = tmp_path / "journal.jsonl"
+    line = b'{"a":1,"pad":"xx"}\n'  # 20 bytes: 5 lines a chunk
+    path.write_bytes(line * lines + b'{"torn"')  # 147 bytes (within 1.5 chunks), 167, 187
+    chunks = list(_journal_files.journal_chunks(str(path)))
+    assert b"".join(chunks) == line * lines
+    assert len(chunks) == (1 if lines * len(line) + 7 <= 150 else 2)
 
 
 def test_a_file_and_journal_cut_back_are_read_from_the_journal_again(
