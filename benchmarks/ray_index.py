@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.load import ROOT, build_store
+from benchmarks.load_stores import ROOT, build_store
 
 SIZE_MB = 1000
 _SNIPPET = """
