@@ -40,17 +40,7 @@ from capture_core.tokens.consumer import (
     trajectories_for_rollout,
     trajectories_from_source,
 )
-from capture_core.tokens.delivery import (
-    MASK_SAMPLE_KEY,
-    TOKEN_CAPTURE_KEY,
-    TokenDelivery,
-    TokenDeliverySummary,
-    capture_build_can_retire,
-    clear_token_captures_for_rollouts,
-    finalize_rollout_token_capture,
-    retire_rollout_token_capture,
-    rollout_carries_token_ids,
-)
+from capture_core.tokens.delivery import TokenDelivery, TokenDeliverySummary
 from capture_core.tokens.entry import (
     REQUIRED_TOKEN_FIELDS,
     TOKEN_ENTRY_SCHEMA_VERSION,
@@ -81,6 +71,15 @@ from capture_core.tokens.protocols import (
     TokenCaptureSnapshot,
     TokenSink,
     TokenSource,
+)
+from capture_core.tokens.rollout_delivery import (
+    MASK_SAMPLE_KEY,
+    TOKEN_CAPTURE_KEY,
+    capture_build_can_retire,
+    clear_token_captures_for_rollouts,
+    finalize_rollout_token_capture,
+    retire_rollout_token_capture,
+    rollout_carries_token_ids,
 )
 from capture_core.tokens.settings import (
     TOKEN_ID_CAPTURE_KEY,

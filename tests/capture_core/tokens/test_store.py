@@ -38,8 +38,8 @@ from capture_core.tokens import (
     canonical_line,
     entry_digest,
 )
+from capture_core.tokens import directory as directory_module
 from capture_core.tokens import state as state_module
-from capture_core.tokens import store as store_module
 from tests.capture_core.tokens.entries import entry
 
 
@@ -515,7 +515,7 @@ def test_a_delete_cut_short_never_lets_old_entries_into_a_new_attempt(
     an index naming missing bytes (refused loudly), never old entries a fresh state would
     adopt as the new attempt's."""
     store.append(entry("old", [1], [2]))
-    real = store_module.unlink_if_present
+    real = directory_module.unlink_if_present
     calls: list[Path] = []
 
     def dies_after_one(path: Path) -> bool:
@@ -524,7 +524,7 @@ def test_a_delete_cut_short_never_lets_old_entries_into_a_new_attempt(
         calls.append(path)
         return real(path)
 
-    monkeypatch.setattr(store_module, "unlink_if_present", dies_after_one)
+    monkeypatch.setattr(directory_module, "unlink_if_present", dies_after_one)
     with pytest.raises(KeyboardInterrupt):
         store.delete("r1")
     monkeypatch.undo()
