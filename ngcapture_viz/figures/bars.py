@@ -19,7 +19,7 @@ import polars as pl
 
 from ngcapture_viz.figures._validation import new_figure, trace
 from ngcapture_viz.interop import accepts_pandas
-from ngcapture_viz.stats import THROUGHPUT_SCHEMA
+from ngcapture_viz.stats.tokens import THROUGHPUT_SCHEMA
 
 __all__ = [
     "COVERAGE_HOVER",

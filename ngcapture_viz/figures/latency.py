@@ -23,7 +23,7 @@ from ngcapture_viz.figures._validation import subplots, trace
 from ngcapture_viz.figures.bars import group_labels
 from ngcapture_viz.figures.style import DASHES, run_colors
 from ngcapture_viz.interop import accepts_pandas
-from ngcapture_viz.stats import (
+from ngcapture_viz.stats.latency import (
     DISTRIBUTION_SCHEMA,
     LATENCY_METRICS,
     LATENCY_SCHEMA,

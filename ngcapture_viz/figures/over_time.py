@@ -22,7 +22,8 @@ from ngcapture_viz.figures._validation import new_figure, subplots, trace
 from ngcapture_viz.figures.bars import COVERAGE_HOVER
 from ngcapture_viz.figures.style import run_colors
 from ngcapture_viz.interop import accepts_pandas
-from ngcapture_viz.stats import ANY_ERROR, ERROR_SCHEMA, OVER_TIME_SCHEMA
+from ngcapture_viz.stats.over_time import OVER_TIME_SCHEMA
+from ngcapture_viz.stats.rates import ANY_ERROR, ERROR_SCHEMA
 
 __all__ = ["calls_over_time_figure", "error_figure", "with_gaps"]
 

@@ -18,7 +18,9 @@ import polars as pl
 from ngcapture_viz.figures._validation import subplots, trace
 from ngcapture_viz.figures.style import run_colors
 from ngcapture_viz.interop import accepts_pandas
-from ngcapture_viz.stats import COVERAGE_SCHEMA, HISTOGRAM_SCHEMA, TOKEN_METRICS
+from ngcapture_viz.stats.histogram import HISTOGRAM_SCHEMA
+from ngcapture_viz.stats.rates import COVERAGE_SCHEMA
+from ngcapture_viz.stats.tokens import TOKEN_METRICS
 
 __all__ = ["constant_value", "token_figure"]
 

@@ -36,7 +36,6 @@ from ngcapture_viz.run import CaptureRun, stack_runs
 from ngcapture_viz.stats import (
     DEFAULT_BY,
     LATENCY_METRICS,
-    THROUGHPUT_METRIC,
     TOKEN_METRICS,
     calls_over_time,
     coverage,
@@ -47,6 +46,7 @@ from ngcapture_viz.stats import (
     time_interval,
     token_histogram,
 )
+from ngcapture_viz.stats.tokens import THROUGHPUT_METRIC
 
 __all__ = ["CaptureDashboard"]
 
