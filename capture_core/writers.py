@@ -39,7 +39,7 @@ import orjson
 
 from capture_core._locking import Appended, fsync_dir, write_all
 from capture_core.facts_journal import FactsJournal
-from capture_core.pending import (
+from capture_core.pending.slots import (
     LOCK_SUFFIX,
     PENDING_DIR,
     SLOT_SIZE,

@@ -41,7 +41,7 @@ Faults are chosen per request with the ``x-ngcapture-fault`` header (or ``?fault
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -49,21 +49,19 @@ import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from capture_core.sse import SSEEvent, format_event, parse_sse
 from capture_core.testing import _worker_faults as faults
-from capture_core.testing._worker_answers import compose_answer, tokens_of
+from capture_core.testing._worker_answers import compose_answer
+from capture_core.testing._worker_streaming import _generation_s, _stream, _ttft_s
 from capture_core.testing._worker_training import TRAINING_KEY, TrainingStager
 from capture_core.testing.answers import Answer, error_body
 from capture_core.testing.bodies import chat_body, messages_body, responses_body
-from capture_core.testing.streams import chat_stream, messages_stream, responses_stream
 
 __all__ = ["SimulatedWorker", "WorkerConfig"]
 
-MAX_GENERATION_S: Final = 2.0  # cap on the simulated per-token time of one response
 _PATHS: Final = {
     "responses": "/v1/responses",
     "chat": "/v1/chat/completions",
@@ -305,109 +303,3 @@ def _body(dialect: str, answer: Answer) -> dict[str, Any]:
     if dialect == "chat":
         return chat_body(answer)
     return messages_body(answer)
-
-
-def _events(dialect: str, answer: Answer, *, terminal: bool, usage: bool) -> list[SSEEvent]:
-    if dialect == "responses":
-        raw = responses_stream(answer, terminal=terminal)
-    elif dialect == "chat":
-        raw = chat_stream(answer, terminal=terminal, include_usage=usage)
-    else:  # like Anthropic's API, the usage reports no thinking tokens
-        raw = messages_stream(answer, terminal=terminal)
-    return parse_sse(raw)
-
-
-def _stream(
-    dialect: str,
-    *,
-    body: Mapping[str, Any],
-    answer: Answer,
-    config: WorkerConfig,
-    fault: faults.Fault,
-    headers: dict[str, str],
-    cancelled: _Count,
-) -> Response:
-    options = body.get("stream_options")
-    usage = isinstance(options, dict) and options.get("include_usage") is True
-    kind = fault.kind
-    terminal = kind not in ("truncate", "inband_error")
-    events = _events(dialect, answer, terminal=terminal, usage=usage)
-    content = [_delta_text(e) is not None for e in events]
-    drop = kind == "drop"
-    if drop:
-        events = events[: max(1, len(events) // 2)]
-    elif kind == "inband_error":
-        events = faults.inband_events(dialect, answer, events, content)
-    headers = {**headers, "cache-control": "no-cache"}
-    pause = fault.delay_s if kind == "slow" else None
-    paced = _paced(events, config, drop=drop, pause_s=pause, cancelled=cancelled)
-    return StreamingResponse(paced, headers=headers, media_type="text/event-stream")
-
-
-async def _paced(
-    events: list[SSEEvent],
-    config: WorkerConfig,
-    *,
-    drop: bool,
-    pause_s: float | None,
-    cancelled: _Count,
-) -> AsyncIterator[bytes]:
-    """Send events one by one: TTFT first, then time per token before each content event.
-
-    With ``pause_s`` (the ``slow`` fault) every event after the first waits that long instead.
-    A client that goes away mid-stream cancels the generation (counted in ``cancelled``).
-    """
-    budget = MAX_GENERATION_S
-    try:
-        await asyncio.sleep(_ttft_s(config))
-        for index, event in enumerate(events):
-            text = _delta_text(event)
-            if index and pause_s is not None:
-                await asyncio.sleep(pause_s)
-            elif index and text is not None and config.ms_per_token > 0:
-                pause = min(budget, _generation_s(config, tokens_of(text)))
-                budget -= pause
-                await asyncio.sleep(pause)
-            yield format_event(event.data, event=event.event)
-    except (asyncio.CancelledError, GeneratorExit):
-        cancelled.value += 1
-        raise
-    if drop:
-        raise faults.SimulatedDrop("simulated connection drop (x-ngcapture-fault: drop)")
-
-
-def _ttft_s(config: WorkerConfig) -> float:
-    return max(0.0, config.ttft_ms) / 1000
-
-
-def _generation_s(config: WorkerConfig, tokens: int) -> float:
-    return min(MAX_GENERATION_S, max(0.0, config.ms_per_token) * tokens / 1000)
-
-
-def _delta_text(event: SSEEvent) -> str | None:
-    """The generated text an event carries, or None if it is not a content event."""
-    payload = event.json()
-    if not isinstance(payload, dict):
-        return None
-    delta = payload.get("delta")
-    if isinstance(delta, str):  # Responses *.delta
-        return delta
-    if isinstance(delta, dict):  # Messages content_block_delta
-        return _first_str(delta, "text", "thinking", "partial_json")
-    choices = payload.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        delta = choices[0].get("delta")
-        if isinstance(delta, dict):
-            calls = delta.get("tool_calls")
-            if isinstance(calls, list) and calls and isinstance(calls[0], dict):
-                function = calls[0].get("function")
-                return _first_str(function, "arguments") if isinstance(function, dict) else None
-            return _first_str(delta, "content", "reasoning_content") or None
-    return None
-
-
-def _first_str(mapping: Mapping[str, Any], *keys: str) -> str | None:
-    for key in keys:
-        if isinstance(mapping.get(key), str):
-            return str(mapping[key])
-    return None
