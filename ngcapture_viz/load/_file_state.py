@@ -38,7 +38,7 @@ class FileTask:
     """Parse ``path`` from ``start`` (a line boundary) with the counters it had there."""
 
     path: str
-    name: str
+    name: str  # the file's name in its directory: ``path``'s last part
     rollout_id: str
     start: int = 0
     call_index: int = 0

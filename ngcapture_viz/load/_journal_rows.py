@@ -59,7 +59,7 @@ class JournalRows:
                 if count is None:
                     rest.append(task)
                 else:
-                    coverage = journals.covered[os.path.basename(task.path)]
+                    coverage = journals.covered[task.name]
                     self.states.append(_journal_state(task, coverage, count))
             self._add_journal_rows(journals, group, rows, directory)
         return rest
@@ -69,8 +69,9 @@ class JournalRows:
     ) -> None:
         """Add ``rows`` (``_journal_rows``) to the journal's columnar rows, from the entries
         kept by the first pass, or else decoded again a chunk at a time."""
+        tasks = _TaskColumns(group)
         if journals.kept is not None:
-            self._emit(group, rows, journals.kept, rows["kept"])
+            self._emit(tasks, rows, journals.kept, rows["kept"])
             return
         taken = 0
         for journal, start, entries in journals.decoded_chunks():
@@ -79,43 +80,57 @@ class JournalRows:
                 (pl.col("journal") == journal) & index.is_between(start, start + len(entries) - 1)
             )
             if part.height:
-                self._emit(group, part, entries, part["index"] - start)
+                self._emit(tasks, part, entries, part["index"] - start)
                 taken += part.height
         if taken != rows.height:
             raise JournalChanged(directory)
 
     def _emit(
         self,
-        group: list[FileTask],
+        group: _TaskColumns,
         rows: pl.DataFrame,
         entries: Sequence[JournalLine | None],
         at: pl.Series,
     ) -> None:
         """Rows from ``entries`` (``at``: where each row's entry is in it), as frames."""
-        lines = [entries[i] for i in at.to_list()]
+        # Per row, picked in C (``map`` of ``__getitem__``): rows are ~5 per file.
+        picked = list(map(entries.__getitem__, at.to_list()))
         tasks = rows["task"].to_list()
-        names = [os.path.basename(group[i].path) for i in tasks]
         # Each decoded in the first pass, for this file at this offset: anything else means the
         # journal was rewritten since (a row from another entry would be a wrong row).
-        if any(line is None for line in lines) or [
-            (line.file, line.offset) for line in lines if line is not None
-        ] != list(zip(names, rows["offset"].to_list(), strict=True)):
-            raise JournalChanged(os.path.dirname(group[0].path))
+        changed = JournalChanged(os.path.dirname(group.paths[0]))
+        if any(line is None for line in picked):
+            raise changed
+        lines = cast("list[JournalLine]", picked)
+        if [line.file for line in lines] != list(map(group.names.__getitem__, tasks)):
+            raise changed
+        if [line.offset for line in lines] != rows["offset"].to_list():
+            raise changed
         for start in range(0, rows.height, self.chunk_rows):
             part = rows.slice(start, self.chunk_rows)
             order = tasks[start : start + self.chunk_rows]
             journal = FactsRows(JournalLine)
             journal.extend_rows(
                 cast("list[FastLine]", lines[start : start + self.chunk_rows]),
-                [group[i].rollout_id for i in order],
+                list(map(group.rollout_ids.__getitem__, order)),
                 part["call_index"].to_list(),
                 part["line_number"].to_list(),
                 part["offset"].to_list(),
                 part["length"].to_list(),
-                [group[i].path for i in order],
+                list(map(group.paths.__getitem__, order)),
             )
             self.frames.append(journal.frames())
         self.count += rows.height
+
+
+class _TaskColumns:
+    """The name, rollout id and path of each task of a directory, as lists (rows pick theirs
+    by task number)."""
+
+    def __init__(self, group: list[FileTask]) -> None:
+        self.names = [task.name for task in group]
+        self.rollout_ids = [task.rollout_id for task in group]
+        self.paths = [task.path for task in group]
 
 
 def _stats(tasks: list[FileTask]) -> dict[str, os.stat_result]:
@@ -128,7 +143,7 @@ def _stats(tasks: list[FileTask]) -> dict[str, os.stat_result]:
         except OSError:
             continue  # read line by line: that reports why it is unreadable
         if S_ISREG(stat.st_mode) and not is_racy(stat.st_mtime_ns, task.scan_ns):
-            stats[os.path.basename(task.path)] = stat
+            stats[task.name] = stat
     return stats
 
 
@@ -137,10 +152,10 @@ def _journal_rows(journals: Journals, group: list[FileTask]) -> tuple[pl.DataFra
     entry of a covered file from the one starting at the task's ``start`` — and, per task they
     serve, how many; a task whose ``start`` is no entry's start is not served."""
     covered = {name for name, coverage in journals.covered.items() if not coverage.racy}
-    numbers = [i for i, task in enumerate(group) if os.path.basename(task.path) in covered]
+    numbers = [i for i, task in enumerate(group) if task.name in covered]
     wanted = pl.DataFrame(
         {
-            "file": [os.path.basename(group[i].path) for i in numbers],
+            "file": [group[i].name for i in numbers],
             "task": numbers,
             "start": [group[i].start for i in numbers],
             "first_index": [group[i].call_index for i in numbers],

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 import polars as pl
 import pytest
@@ -240,6 +241,36 @@ def test_large_journals_are_decoded_again_a_chunk_at_a_time(
     monkeypatch.setattr(_scan, "CHUNK_ROWS", 16)
     result = _scan_same(tmp_path)
     assert result.decoded.get("journal") == sum(counts.values())
+
+
+@pytest.mark.parametrize("change", ["entry gone", "another file", "another offset"])
+def test_a_journal_that_changed_between_its_two_passes_is_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    """A journal too large to keep is decoded again for the rows; an entry that is not the one
+    the first pass found there (a journal rewritten between the passes) gives no row: every
+    file is read from its lines, with the same rows."""
+    counts = _store(tmp_path, files=12)
+    monkeypatch.setattr(_journal, "KEEP_ENTRIES", 0)
+    real = _journal.Journals.decoded_chunks
+
+    def changed(self: _journal.Journals) -> Iterator[tuple[int, int, list[Any]]]:
+        for journal, start, decoded in real(self):
+            entries = list(decoded)
+            entry = entries[3]
+            if change == "entry gone":
+                entries[3] = None
+            elif change == "another file":
+                other = next(e.file for e in entries if e is not None and e.file != entry.file)
+                entries[3] = msgspec.structs.replace(entry, file=other)
+            else:
+                entries[3] = msgspec.structs.replace(entry, offset=entry.offset + 1)
+            yield journal, start, entries
+
+    monkeypatch.setattr(_journal.Journals, "decoded_chunks", changed)
+    result = _scan_same(tmp_path)
+    assert result.decoded.get("journal") is None
+    assert sum(result.decoded.values()) == sum(counts.values())
 
 
 def test_a_sparse_first_pass_finds_what_a_whole_one_finds(tmp_path: Path) -> None:
