@@ -69,33 +69,47 @@ def _chunks(fd: int, since: Sequence[int] | None) -> Iterator[bytes]:
         return
     offset = start - 1 if start else 0  # from the byte before a mark: is it a line's start?
     skipping = bool(start)
-    want = CHUNK_BYTES
     while True:
         left = size - offset
-        length = max(want, left) if left <= want + want // 2 else want
-        try:
-            data = os.pread(fd, length, offset)
-        except OSError:
-            return
-        short = len(data) < length  # the end of the file
+        length = max(CHUNK_BYTES, left) if left <= CHUNK_BYTES + CHUNK_BYTES // 2 else CHUNK_BYTES
+        data = _pread(fd, length, offset)
+        if not data:
+            return  # the end (only an empty read says so: a read may return less than asked)
         if skipping:
             # The newline before the mark, or the end of the line the mark falls inside.
             newline = data.find(b"\n")
             if newline < 0:
-                if short:
-                    return
                 offset += len(data)
                 continue
             data, offset, skipping = data[newline + 1 :], offset + newline + 1, False
         cut = data.rfind(b"\n") + 1
-        if not cut:
-            if short:
-                return  # what is left has no newline: an entry still being written
-            want *= 2  # one line longer than the read: read more of it at once
-            continue
+        if not cut:  # a line longer than the read, or one still being written
+            whole = _to_newline(fd, data, offset + len(data))
+            if whole is None:
+                return  # no newline up to the end: an entry still being written
+            data, cut = whole, whole.rfind(b"\n") + 1
         yield data if cut == len(data) else data[:cut]
         offset += cut
-        want = CHUNK_BYTES
+
+
+def _to_newline(fd: int, head: bytes, end: int) -> bytes | None:
+    """``head`` and what follows it from ``end`` up to a read holding a newline (``None`` when
+    the file ends first)."""
+    parts = [head]
+    while block := _pread(fd, CHUNK_BYTES, end):
+        parts.append(block)
+        end += len(block)
+        if b"\n" in block:
+            return b"".join(parts)
+    return None
+
+
+def _pread(fd: int, length: int, offset: int) -> bytes:
+    """``os.pread``; an error reads as the end (what was read so far stands)."""
+    try:
+        return os.pread(fd, length, offset)
+    except OSError:
+        return b""
 
 
 def mark_offset(fd: int, since: Sequence[int] | None) -> int:

@@ -637,6 +637,24 @@ def test_a_rest_of_up_to_half_a_chunk_is_read_with_the_chunk_before_it(
     assert len(chunks) == (1 if lines * len(line) + 7 <= 150 else 2)
 
 
+def test_a_read_that_returns_less_than_asked_is_not_the_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read may return fewer bytes than asked (Linux caps one read at ~2 GiB; some network
+    file systems return less): only an empty read ends the journal."""
+    monkeypatch.setattr(_journal_files, "CHUNK_BYTES", 64)
+    real = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, n, at: real(fd, min(n, 30), at))
+    path = tmp_path / "journal.jsonl"
+    lines = b"x" * 50 + b"\n" + b"y\n" + b"z" * 100 + b"\n"
+    path.write_bytes(lines + b'{"torn"')
+    chunks = list(_journal_files.journal_chunks(str(path)))
+    assert b"".join(chunks) == lines
+    assert all(chunk.endswith(b"\n") for chunk in chunks)
+    inode = path.stat().st_ino
+    assert b"".join(_journal_files.journal_chunks(str(path), [inode, 20])) == lines[51:]
+
+
 def test_a_file_and_journal_cut_back_are_read_from_the_journal_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
