@@ -47,9 +47,10 @@ def journal_chunks(path: str, since: Sequence[int] | None = None) -> Iterator[by
     offset]`` of a mark; the lines from that offset when the journal is still that file and
     as long (else all of it), a line the offset falls inside skipped.
 
-    Each read starts at a line's start (``pread`` from the end of the lines given so far), so
-    no tail is carried over and joined to the next read: a journal of at most 1.5 chunks
-    ending with a newline is one read and no copy.
+    Each chunk is read from a line's start (``pread`` from the end of the lines given so far),
+    so no tail is carried over and joined to the next read: a journal of at most 1.5 chunks
+    ending with a newline is one read and no copy. Only an empty read ends it (a read may
+    return less than asked).
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
