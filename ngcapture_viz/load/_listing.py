@@ -17,7 +17,7 @@ from capture_core.pending import PendingCall, pending_calls
 from capture_core.records import CaptureFailure
 from capture_core.store import ARCHIVE_PREFIX
 from ngcapture_viz.exceptions import SourceError
-from ngcapture_viz.load._scan import _PROBE, fingerprint
+from ngcapture_viz.load._file_bytes import PROBE, fingerprint
 
 __all__ = ["DirListing", "content_matches", "prefix_matches"]
 
@@ -178,7 +178,7 @@ def prefix_matches(path: str | Path, row: dict[str, Any]) -> bool:
     """Whether the read part still hashes the same: its first and last 4 KiB, and all of it
     when the scan kept a full hash (files modified close to their scan)."""
     consumed = row["consumed"]
-    ranges = [(0, min(_PROBE, consumed)), (max(0, consumed - _PROBE), consumed)]
+    ranges = [(0, min(PROBE, consumed)), (max(0, consumed - PROBE), consumed)]
     expected = [row["head_hash"], row["tail_hash"]]
     if row["full_hash"] is not None:
         ranges.append((0, consumed))

@@ -12,8 +12,6 @@ objects.
 
 from __future__ import annotations
 
-import hashlib
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -30,6 +28,7 @@ from ngcapture_viz.frames.tool_calls import ToolCallColumns
 from ngcapture_viz.load._call_values import CallValues
 from ngcapture_viz.load._decode import FactsMismatch, LineDecoder, NotAnObject
 from ngcapture_viz.load._facts_rows import FactsRows
+from ngcapture_viz.load._file_bytes import FileBytes, fingerprint, read_file
 from ngcapture_viz.load._file_state import RACY_NS, FileState, FileTask, is_racy
 from ngcapture_viz.load._journal import JournalChanged, Journals
 from ngcapture_viz.load._journal_rows import JournalRows
@@ -45,9 +44,6 @@ __all__ = ["RACY_NS", "FileState", "FileTask", "ScanResult", "fingerprint", "is_
 CHUNK_ROWS: Final = 65_536
 _BLANK: Final = b" \t\r"
 
-#: Bytes hashed at the head and at the end of the indexed prefix to notice rewrites.
-_PROBE: Final = 4096
-
 
 @dataclass
 class ScanResult:
@@ -60,26 +56,6 @@ class ScanResult:
     processes: int = 1
     #: Lines read from their facts, from their bodies, and by the exact reader.
     decoded: dict[str, int] = field(default_factory=dict)
-
-
-def fingerprint(fd: int, start: int, end: int) -> str:
-    """A short hash of bytes ``[start, end)`` of an open file."""
-    data = os.pread(fd, max(0, end - start), start) if end > start else b""
-    return _digest(data)
-
-
-def _digest(data: bytes | memoryview) -> str:
-    # SHA-256 (hardware-accelerated here): twice as fast as BLAKE2b on 4 KiB (6.5 µs against
-    # 13.4 µs), two of them per file of a cold open.
-    return hashlib.sha256(data).hexdigest()[:24]
-
-
-def _fingerprint_read(fd: int, content: bytes, offset: int, start: int, end: int) -> str:
-    """``fingerprint(fd, start, end)``, hashed from ``content`` (the file's bytes from
-    ``offset``) when it holds the whole range, which saves a read."""
-    if start < offset:
-        return fingerprint(fd, start, end)
-    return _digest(memoryview(content)[start - offset : max(start, end) - offset])
 
 
 def scan_files(
@@ -111,45 +87,6 @@ def scan_files(
         return scanner.result()
 
 
-@dataclass(frozen=True, slots=True)
-class _FileBytes:
-    """A file's bytes from the task's start, and what its state records of them."""
-
-    content: bytes
-    consumed: int
-    mtime_ns: int
-    inode: int
-    head: str
-    tail: str
-    full: str | None
-
-
-def _read_file(task: FileTask) -> _FileBytes:
-    start = task.start
-    fd = os.open(task.path, os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        stat = os.fstat(fd)
-        size = stat.st_size
-        # A file modified close to the scan may be rewritten again within the same mtime
-        # tick (same size, same mtime): keep a hash of all of it so the next refresh can tell.
-        # All of it is then read at once (an append's part, head, tail and whole: one read).
-        racy = is_racy(stat.st_mtime_ns, task.scan_ns)
-        offset = 0 if racy else start
-        data = os.pread(fd, max(0, size - offset), offset) if size > offset else b""
-        content = data[start - offset :] if start > offset else data
-        consumed = start + content.rfind(b"\n") + 1
-        head = _fingerprint_read(fd, data, offset, 0, min(_PROBE, consumed))
-        # Up to _PROBE bytes, the head, the tail and the whole are one range: hashed once.
-        small = consumed <= _PROBE
-        tail = head if small else _fingerprint_read(fd, data, offset, consumed - _PROBE, consumed)
-        full = None
-        if racy:
-            full = head if small else _fingerprint_read(fd, data, offset, 0, consumed)
-    finally:
-        os.close(fd)
-    return _FileBytes(content, consumed, stat.st_mtime_ns, stat.st_ino, head, tail, full)
-
-
 class _Scanner:
     def __init__(self, *, verify: bool) -> None:
         self.decoder = LineDecoder(verify=verify)
@@ -166,7 +103,7 @@ class _Scanner:
 
     def scan(self, task: FileTask) -> None:
         try:
-            state, size = self._scan_one(task, _read_file(task))
+            state, size = self._scan_one(task, read_file(task))
         except OSError as exc:
             self.unreadable.append((task.name, f"{type(exc).__name__}: {exc.strerror or exc}"))
             return
@@ -200,7 +137,7 @@ class _Scanner:
             decoded=decoded,
         )
 
-    def _scan_one(self, task: FileTask, read: _FileBytes) -> tuple[FileState, int]:
+    def _scan_one(self, task: FileTask, read: FileBytes) -> tuple[FileState, int]:
         content = read.content
         next_call_index, next_line = self._lines(task, content, read.consumed)
         state = FileState(
