@@ -25,14 +25,11 @@ from capture_core.collect.agent import (
 )
 from capture_core.collect.attachment import DEFAULT_DRAIN_TIMEOUT_S, capture_attachment
 from capture_core.collect.attempts import (
-    CLEARED_DIR,
     DEFAULT_MAX_ATTEMPTS,
     AttemptPlan,
     BadLine,
-    ClearReport,
     CollectError,
     ResumeState,
-    clear_rollouts,
     expand_rows,
     failures_path,
     load_resume_state,
@@ -40,6 +37,7 @@ from capture_core.collect.attempts import (
     read_jsonl_rows,
     rollout_ids,
 )
+from capture_core.collect.clearing import CLEARED_DIR, ClearReport, clear_rollouts
 from capture_core.collect.grader import grade, parse_answer
 from capture_core.collect.mcqa import extract_answer, grade_mcqa
 from capture_core.collect.messages_request import (

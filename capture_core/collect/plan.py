@@ -11,10 +11,8 @@ import os
 from pathlib import Path
 
 from capture_core.collect.attempts import (
-    CLEARED_DIR,
     AttemptPlan,
     CollectError,
-    clear_rollouts,
     expand_rows,
     load_resume_state,
     plan_attempts,
@@ -22,6 +20,7 @@ from capture_core.collect.attempts import (
     repair_torn_tail,
     rollout_ids,
 )
+from capture_core.collect.clearing import CLEARED_DIR, clear_rollouts
 from capture_core.collect.config import CollectConfig
 from capture_core.collect.preflight import (
     ARCHIVE_PREFIX,

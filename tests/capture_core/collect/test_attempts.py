@@ -18,8 +18,8 @@ from capture_core.collect import (
     CLEARED_DIR,
     CollectError,
     ResumeState,
-    attempts,
     clear_rollouts,
+    clearing,
     expand_rows,
     failures_path,
     load_resume_state,
@@ -206,7 +206,7 @@ def test_clearing_waits_for_writes_in_flight(
         store.record("1-0", capture_line("chat", Answer(), model_call_id="c" * 32))
         unmark_pending(tmp_path, "1-0", "c" * 32)
 
-    monkeypatch.setattr(attempts, "wait_for_pending", spy)
+    monkeypatch.setattr(clearing, "wait_for_pending", spy)
     writer = threading.Thread(target=land)
     writer.start()
     report = clear_rollouts([tmp_path], ["1-0"], wait_s=WAIT)
@@ -240,20 +240,20 @@ def test_a_writer_holding_the_lock_lands_before_the_move(
     store = CaptureStore(tmp_path)
     fill(store, "3-0")
     path = store.path_for("3-0")
-    held, clearing = threading.Event(), threading.Event()
+    held, moving = threading.Event(), threading.Event()
 
     def spy(*args: Any, **kwargs: Any) -> Any:
-        clearing.set()  # the clear is about to lock the file the straggler holds
+        moving.set()  # the clear is about to lock the file the straggler holds
         return locked_fd(*args, **kwargs)
 
     def straggler() -> None:
         with locked_fd(path, os.O_WRONLY | os.O_APPEND, exclusive=True, create=False) as lock:
             assert lock is not None
             held.set()
-            assert clearing.wait(WAIT)
+            assert moving.wait(WAIT)
             os.write(lock.fd, b'{"model_call_id": "late", "dialect": "chat"}\n')
 
-    monkeypatch.setattr(attempts, "locked_fd", spy)
+    monkeypatch.setattr(clearing, "locked_fd", spy)
     thread = threading.Thread(target=straggler)
     thread.start()
     assert held.wait(WAIT)
