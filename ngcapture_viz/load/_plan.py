@@ -12,16 +12,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from stat import S_ISREG
 from typing import Any
 
 import polars as pl
 
 from capture_core.facts_journal import JOURNAL_DIR
+from ngcapture_viz.load._file_state import RACY_NS, FileTask, is_racy
 from ngcapture_viz.load._index_files import IndexTables
 from ngcapture_viz.load._journal import Journals
 from ngcapture_viz.load._listing import DirListing, content_matches, prefix_matches
-from ngcapture_viz.load._scan import RACY_NS, FileTask, is_racy
 
 __all__ = ["RefreshPlan", "plan_refresh"]
 
@@ -170,11 +169,8 @@ def _read_journals(
         return None
     if keep.issuperset(listing.stats):  # a warm open: no file to read
         return None
-    stats = {
-        name: stat
-        for name, stat in listing.stats.items()
-        if name not in keep and stat is not None and S_ISREG(stat.st_mode)
-    }
+    # ``listing.stats`` holds regular files only, each with its stat.
+    stats = {name: stat for name, stat in listing.stats.items() if name not in keep}
     # A file modified within the racy window is read from its lines; the journal still
     # says whether what was read of it before is intact (an append).
     racy = {name for name, stat in stats.items() if is_racy(stat.st_mtime_ns, scan_ns)}
