@@ -27,19 +27,25 @@ import secrets
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Annotated, Final
+from typing import Final
 
-import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from capture_core._locking import fsync_dir, os_reason, write_all
-from capture_core.staging._base import DigestHex, Identifier, NonNegativeInt
+from capture_core.staging._stage_file import (
+    CHUNK,
+    Damage,
+    Header,
+    encode,
+    first_error,
+    read_checked,
+    read_header,
+)
 from capture_core.staging.build import default_staging_key
 from capture_core.staging.errors import StagingError
 from capture_core.staging.records import StagedCallRecord, StagedCallSnapshot, StageResult
 from capture_core.staging.sinks import (
     Attachments,
-    InvalidAttachmentError,
     StagedRowDamagedError,
     StagedRowNotFoundError,
     StagingConflictError,
@@ -49,42 +55,9 @@ from capture_core.staging.sinks import (
 
 __all__ = ["FilesystemStagingSink"]
 
-_MAGIC: Final = b"ngstage1 "
 _ROW_SUFFIX: Final = ".stage"
 _TEMP_PREFIX: Final = ".tmp-"
 _FILE_MODE: Final = 0o644
-_HEADER_LIMIT: Final = 16 << 20  # a header line longer than this is damage, not a header
-_CHUNK: Final = 1 << 20
-_HEX_LEN: Final = 64
-
-
-class _Blob(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    length: NonNegativeInt
-    sha256: DigestHex
-
-
-class _Attachment(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    name: Identifier
-    length: NonNegativeInt
-    sha256: DigestHex
-
-
-class _Header(BaseModel):
-    """The first line of a row file: what follows it, and how to check it."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    staging_key: Identifier
-    record: _Blob
-    attachments: Annotated[tuple[_Attachment, ...], Field(default=())]
-
-
-class _Damage(Exception):
-    """Internal: the file at a row's path is not an intact row (turned into a keyed error)."""
 
 
 class FilesystemStagingSink:
@@ -174,7 +147,7 @@ class FilesystemStagingSink:
             raise TypeError(f"stage() takes a StagedCallRecord, got {type(record).__name__}")
         blobs = check_attachments({} if attachments is None else attachments)
         key = default_staging_key(record.rollout_id, record.model_call_id)
-        parts = _encode(key, record.model_dump_json().encode("utf-8"), blobs)
+        parts = encode(key, record.model_dump_json().encode("utf-8"), blobs)
         path = self.path_for(key)
         try:
             self._ensure_dir(path.parent)
@@ -237,7 +210,7 @@ class FilesystemStagingSink:
             try:
                 snapshots.append(StagedCallSnapshot.model_validate_json(raw))
             except ValidationError as exc:
-                reason = f"not a valid staged row: {_first_error(exc)}"
+                reason = f"not a valid staged row: {first_error(exc)}"
                 raise StagedRowDamagedError(key, reason) from exc
         return snapshots
 
@@ -252,7 +225,7 @@ class FilesystemStagingSink:
         rows: list[bytes] = []
         for key in _checked_keys(keys):
             with self._open_row(key) as (fd, header, offset):
-                data = _read_checked(key, fd, offset, header.record.length, header.record.sha256)
+                data = read_checked(key, fd, offset, header.record.length, header.record.sha256)
             rows.append(data)
         return rows
 
@@ -268,12 +241,12 @@ class FilesystemStagingSink:
         with self._open_row(key) as (fd, header, record_offset):
             position = record_offset + header.record.length
             for item in header.attachments:
-                found[item.name] = _read_checked(key, fd, position, item.length, item.sha256)
+                found[item.name] = read_checked(key, fd, position, item.length, item.sha256)
                 position += item.length
         return found
 
     @contextlib.contextmanager
-    def _open_row(self, key: str) -> Iterator[tuple[int, _Header, int]]:
+    def _open_row(self, key: str) -> Iterator[tuple[int, Header, int]]:
         """Open a row's file and check its header; yields the fd, header and record offset."""
         path = self.path_for(key)
         try:
@@ -283,80 +256,13 @@ class FilesystemStagingSink:
         except OSError as exc:
             raise StagedRowDamagedError(key, f"cannot open {path}: {os_reason(exc)}") from exc
         try:
-            yield (fd, *_read_header(fd, key))
-        except _Damage as damage:
+            yield (fd, *read_header(fd, key))
+        except Damage as damage:
             raise StagedRowDamagedError(key, f"{damage} ({path})") from None
         except OSError as exc:  # EIO, or a directory where the row should be
             raise StagedRowDamagedError(key, f"cannot read {path}: {os_reason(exc)}") from exc
         finally:
             os.close(fd)
-
-
-def _encode(key: str, record_json: bytes, attachments: dict[str, bytes]) -> list[bytes]:
-    header = _Header(
-        staging_key=key,
-        record=_Blob(length=len(record_json), sha256=_sha256(record_json)),
-        attachments=tuple(
-            _Attachment(name=name, length=len(data), sha256=_sha256(data))
-            for name, data in attachments.items()
-        ),
-    )
-    header_json = orjson.dumps(header.model_dump())
-    line = b"%s%s %s\n" % (_MAGIC, _sha256(header_json).encode("ascii"), header_json)
-    if len(line) > _HEADER_LIMIT:
-        raise InvalidAttachmentError(None, "too many attachment names to describe in a header")
-    return [line, record_json, *attachments.values()]
-
-
-def _read_header(fd: int, key: str) -> tuple[_Header, int]:
-    """Parse and check a row file's header line; returns it and the offset of the record."""
-    size = os.fstat(fd).st_size
-    line = _header_line(fd, min(size, _HEADER_LIMIT))
-    prefix_len = len(_MAGIC) + _HEX_LEN + 1
-    if not line.startswith(_MAGIC) or line[prefix_len - 1 : prefix_len] != b" ":
-        raise _Damage("does not start with a staged-row header")
-    stored_sum, header_json = line[len(_MAGIC) : prefix_len - 1], line[prefix_len:-1]
-    if _sha256(header_json).encode("ascii") != stored_sum:
-        raise _Damage("header checksum does not match")
-    try:
-        header = _Header.model_validate_json(header_json)
-    except ValidationError as exc:
-        raise _Damage(f"header is not a staged-row header: {_first_error(exc)}") from None
-    if header.staging_key != key:
-        raise _Damage(f"file holds the row of another key ({header.staging_key!a})")
-    expected = len(line) + header.record.length + sum(a.length for a in header.attachments)
-    if size != expected:
-        raise _Damage(f"file is {size} bytes, its header describes {expected}")
-    return header, len(line)
-
-
-def _header_line(fd: int, limit: int) -> bytes:
-    data = b""
-    while len(data) < limit:
-        chunk = os.pread(fd, min(_CHUNK, limit - len(data)), len(data))
-        if not chunk:
-            break
-        end = chunk.find(b"\n")
-        if end >= 0:
-            return data + chunk[: end + 1]
-        data += chunk
-    raise _Damage("has no complete header line")
-
-
-def _read_checked(key: str, fd: int, offset: int, length: int, sha256: str) -> bytes:
-    parts: list[bytes] = []
-    digest = hashlib.sha256()
-    done = 0
-    while done < length:
-        chunk = os.pread(fd, min(_CHUNK, length - done), offset + done)
-        if not chunk:
-            raise StagedRowDamagedError(key, "file ended early")
-        digest.update(chunk)
-        parts.append(chunk)
-        done += len(chunk)
-    if digest.hexdigest() != sha256:
-        raise StagedRowDamagedError(key, f"bytes at offset {offset} do not match their checksum")
-    return b"".join(parts)
 
 
 def _holds(path: Path, parts: list[bytes]) -> bool:
@@ -372,7 +278,7 @@ def _holds(path: Path, parts: list[bytes]) -> bool:
         view = memoryview(expected)
         offset = 0
         while offset < len(view):
-            chunk = os.pread(fd, _CHUNK, offset)
+            chunk = os.pread(fd, CHUNK, offset)
             if not chunk or chunk != view[offset : offset + len(chunk)]:
                 return False
             offset += len(chunk)
@@ -389,13 +295,3 @@ def _checked_keys(keys: Sequence[str]) -> list[str]:
         if type(key) is not str:
             raise TypeError(f"a staging key must be a str, got {type(key).__name__}")
     return checked
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _first_error(exc: ValidationError) -> str:
-    error = exc.errors(include_url=False, include_input=False)[0]
-    where = ".".join(str(part) for part in error["loc"]) or "row"
-    return f"{where}: {error['msg']}"
