@@ -15,6 +15,13 @@ its last entries (their files are then read the slow way), and deleting it loses
 Only lines a reader would read from their facts get an entry: lines carrying facts of the
 current :data:`~capture_core.facts.FACTS_VERSION`. One ``write`` per entry on a descriptor
 opened at start-up (``O_APPEND``: entries of concurrent writer threads never interleave).
+
+Each time the journal has grown by ``segment_bytes``, and when the server stops with at
+least :data:`CLOSE_SEGMENT_BYTES` not yet handed over, the journal starts ``ngcapture compact``
+on it in a separate process (its own session, output discarded): that writes columnar
+segments of the entries (``ngcapture_viz.load.journal_segments``), which a cold open reads
+instead of decoding them. The server never waits for it, never imports Polars, and at most
+one runs per journal at a time; if it fails, readers decode the lines as before.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,9 +44,11 @@ from capture_core.facts import FACTS_KEY, FACTS_VERSION
 from capture_core.records import ModelRef
 
 __all__ = [
+    "CLOSE_SEGMENT_BYTES",
     "ENVELOPE_KEYS",
     "JOURNAL_DIR",
     "JOURNAL_SUFFIX",
+    "SEGMENT_BYTES",
     "FactsJournal",
     "FactsJournalEntry",
     "journal_entry",
@@ -45,6 +56,15 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 _write = os.write  # by name, so a test can make it fail without touching ``os``
+
+#: Journal bytes between two runs of ``ngcapture compact`` while the server runs.
+SEGMENT_BYTES: Final = 32 * 1024 * 1024
+#: Bytes not yet handed to ``ngcapture compact`` that make a stopping server start it.
+CLOSE_SEGMENT_BYTES: Final = 1024 * 1024
+#: Compaction processes started and not yet seen to end (kept so they are reaped, not
+#: reported as leaked when their ``Popen`` is collected).
+_COMPACTORS: list[subprocess.Popen[bytes]] = []
+_COMPACTORS_LOCK = threading.Lock()
 
 JOURNAL_DIR: Final = ".facts"
 JOURNAL_SUFFIX: Final = ".jsonl"
@@ -123,13 +143,20 @@ class FactsJournal:
     which only means its file is read from its lines.
     """
 
-    def __init__(self, root: Path, token: str) -> None:
+    def __init__(self, root: Path, token: str, *, segment_bytes: int = 0) -> None:
         directory = Path(root) / JOURNAL_DIR
         self.path = directory / f"{token}{JOURNAL_SUFFIX}"
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
         self._fd: int | None = None
         self._lock = threading.Lock()
         self.failures = 0
+        #: Journal bytes between runs of ``ngcapture compact`` (0, the default outside the
+        #: server, whose setting is :data:`SEGMENT_BYTES`: never run it).
+        self.segment_bytes = segment_bytes
+        self._unsegmented = 0  # bytes written since it last started (read and added racily)
+        self._compactor: subprocess.Popen[bytes] | None = None
+        #: How many times ``ngcapture compact`` was started for this journal.
+        self.compactions = 0
         try:
             directory.mkdir(exist_ok=True)
             self._fd = os.open(self.path, flags, 0o644)
@@ -158,6 +185,25 @@ class FactsJournal:
             with contextlib.suppress(OSError):
                 write_all(fd, b"\n")
             self._failed(f"short write ({written} of {len(entry)} bytes)")
+        # Not under a lock (this runs per call): a lost update only delays the next run.
+        self._unsegmented += written
+        if self.segment_bytes and self._unsegmented >= self.segment_bytes:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Start ``ngcapture compact`` on the journal unless one is still running for it."""
+        with self._lock:
+            running = self._compactor
+            if running is not None and running.poll() is None:
+                return
+            self._unsegmented = 0
+            self.compactions += 1
+            try:
+                self._compactor = _start_compactor(self.path)
+            except OSError as exc:  # no process to spare: readers decode the lines
+                self._compactor = None
+                logger.warning("could not start ngcapture compact on %s (%s)", self.path,
+                               os_reason(exc))  # fmt: skip
 
     def _failed(self, reason: str) -> None:
         """Count a lost entry; the first is logged (its file is only read more slowly)."""
@@ -175,3 +221,23 @@ class FactsJournal:
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)
+            if self.segment_bytes and self._unsegmented >= min(
+                self.segment_bytes, CLOSE_SEGMENT_BYTES
+            ):
+                self._compact()
+
+
+def _start_compactor(journal: Path) -> subprocess.Popen[bytes]:
+    """``ngcapture compact --quiet JOURNAL`` in a process of its own session (it outlives a
+    server that stops), output discarded; earlier ones that ended are reaped."""
+    with _COMPACTORS_LOCK:
+        _COMPACTORS[:] = [process for process in _COMPACTORS if process.poll() is None]
+        process = subprocess.Popen(
+            [sys.executable, "-m", "capture_core.cli", "compact", "--quiet", str(journal)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        _COMPACTORS.append(process)
+    return process

@@ -101,7 +101,9 @@ class CaptureWriter:
         >>> writer.mark("0-0", "c0ffee"); writer.unmark("0-0", "c0ffee")  # doctest: +SKIP
     """
 
-    def __init__(self, root: Path, *, reserve_bytes: int = RESERVED_BYTES) -> None:
+    def __init__(
+        self, root: Path, *, reserve_bytes: int = RESERVED_BYTES, segment_bytes: int = 0
+    ) -> None:
         self.root = Path(root)
         self.token = uuid.uuid4().hex
         for name in (PENDING_DIR, WRITERS_DIR, FAILURES_DIR):
@@ -134,7 +136,7 @@ class CaptureWriter:
         self._spare: int | None = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         self._spare_lock = threading.Lock()
         self._failure_lock = threading.Lock()
-        self.journal = FactsJournal(self.root, self.token)
+        self.journal = FactsJournal(self.root, self.token, segment_bytes=segment_bytes)
 
     def _grow(self) -> None:
         """Add as many blank slots as there are (at least :data:`SLOTS_AT_START`)."""

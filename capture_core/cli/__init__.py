@@ -51,6 +51,10 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
         "ngcapture_viz.cli:index",
         "Build or refresh the sidecar index of a capture directory.",
     ),
+    "compact": (
+        "ngcapture_viz.cli_compact:compact",
+        "Compact facts journals into columns for a faster first open.",
+    ),
     "report": (
         "ngcapture_viz.cli:report",
         "Write the self-contained HTML report of a run.",

@@ -195,6 +195,7 @@ GET /ngcapture/metrics counts calls, bytes and failures."""
     "Log one line per request (off: the per-minute summary only).",
 )
 @_setting("--summary-interval-s", "summary_interval_s", type=float)
+@_setting("--journal-segment-bytes", "journal_segment_bytes", type=int)
 @_setting(
     "--token-id-capture-config",
     "token_id_capture_config",

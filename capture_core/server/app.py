@@ -65,7 +65,11 @@ class CaptureApp:
         # The directory's id lets a collector check that it reads where this server writes.
         self.store_id = ensure_store_id(directory) if directory is not None else None
         # This process as a writer of the directory: live lock, failure log, marker directory.
-        self.writer = CaptureWriter(directory) if directory is not None else None
+        self.writer = (
+            CaptureWriter(directory, segment_bytes=settings.journal_segment_bytes)
+            if directory is not None
+            else None
+        )
         self.executor = (
             WriteThreads(WRITER_THREADS, name="ngcapture-write") if directory is not None else None
         )

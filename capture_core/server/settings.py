@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from capture_core.facts_journal import SEGMENT_BYTES
 from capture_core.tokens.settings import TokenIdCaptureConfig, load_token_capture_config
 
 __all__ = ["CaptureSettings", "benchmark_capture_settings", "validate_upstream_url"]
@@ -110,6 +111,14 @@ class CaptureSettings(BaseSettings):
         "arrives at the cap gets a 503",
     )
     access_log: bool = Field(default=False, description="log one line per request")
+    journal_segment_bytes: int = Field(
+        default=SEGMENT_BYTES,
+        ge=0,
+        description="run `ngcapture compact` on the facts journal (a separate process) each "
+        "time it grows by this many bytes, and when the server stops with at least 1 MiB (or "
+        "this much) not yet compacted, so a first open reads columns instead of decoding "
+        "entries; 0: never",
+    )
     summary_interval_s: float = Field(
         default=60.0,
         ge=0,

@@ -9,9 +9,9 @@ same arithmetic as ``frames.calls`` applies row by row (a test checks they are e
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import chain, repeat
-from typing import Any
+from typing import Any, Final, Protocol
 
 import msgspec
 import numpy as np
@@ -22,7 +22,7 @@ from ngcapture_viz.frames.calls import CALLS, LENGTH_FINISH_REASONS
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS
 from ngcapture_viz.load._line_types import FastLine, _Facts, _Tool, micros_series
 
-__all__ = ["FactsRows"]
+__all__ = ["FACT_COLUMNS", "TOOL_FIELDS", "FactsRows", "ToolColumns", "columns_of", "facts_frames"]
 
 
 class FactsRows:
@@ -101,83 +101,93 @@ class FactsRows:
 
     def frames(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """The ``calls`` and ``tool_calls`` rows (``run`` null, as ``CallColumns`` leaves it)."""
-        line = _columns(self.lines, self.kind)
+        line = columns_of(self.lines, self.kind)
         facts = line["ngcapture_facts"]
-        fact = _columns(facts, _Facts)
+        fact = columns_of(facts, _Facts)
         refs = line["model_ref"]
-        schema = CALLS.polars
         data: dict[str, Any] = {
             "rollout_id": self.rollout_ids,
             "call_index": self.call_indexes,
             "model_call_id": line["model_call_id"],
-            "response_id": fact["response_id"],
             "model_ref_type": [None if r is None else r.type for r in refs],
             "model_ref_name": [None if r is None else r.name for r in refs],
-            "model": fact["model"],
             "dialect": line["dialect"],
-            "stream": fact["stream"],
             "status_code": line["status_code"],
-            "response_status": fact["response_status"],
-            "finish_reason": fact["finish_reason"],
             "started_at": line["started_at"],
             "completed_at": line["completed_at"],
             "latency_total_ms": line["latency_ms"],
             "latency_ttft_ms": line["latency_ttft_ms"],
-            **{name: fact[name] for name in _TOKENS},
-            "num_tool_calls": list(map(len, fact["tool_calls"])),
-            "reasoning_content": fact["reasoning_content"],
             "error_category": line["error_category"],
-            "error_code": fact["error_code"],
-            "error_message": fact["error_message"],
+            **{name: fact[name] for name in FACT_COLUMNS},
+            "num_tool_calls": list(map(len, fact["tool_calls"])),
             "line_number": self.line_numbers,
             "byte_offset": self.offsets,
             "line_bytes": self.lengths,
             "path": self.paths,
         }
-        float_columns = ("started_at", "completed_at", "latency_total_ms", "latency_ttft_ms")
-        series = {
-            name: pl.Series(
-                name, values, dtype=pl.Float64() if name in float_columns else schema[name]
-            )
-            for name, values in data.items()
-        }
-        tools = _FlatTools(fact["tool_calls"])
-        series["tool_names"] = tools.names()
-        series["started_at"] = micros_series(series["started_at"])
-        series["completed_at"] = micros_series(series["completed_at"])
-        frame = pl.DataFrame(list(series.values()))
-        finish, category = pl.col("finish_reason"), pl.col("error_category")
-        stream = frame["stream"].fill_null(False)
-        frame = frame.with_columns(
-            pl.lit(None, pl.Categorical()).alias("run"),
-            pl.lit("store").alias("source"),
-            pl.when(
-                finish.is_in(list(LENGTH_FINISH_REASONS))
-                & (category.is_null() | (category == "incomplete"))
-            )
-            .then(pl.lit("length"))
-            .when(category.is_not_null())
-            .then(category)
-            .otherwise(pl.lit("ok"))
-            .alias("outcome"),
-            (pl.col("cached_tokens") > 0).alias("cache_hit"),
-            _rates(frame, stream),
-        )
-        calls = CALLS.conform(frame)
-        return calls, self._tools(tools, series)
+        return facts_frames(data, _FlatTools(fact["tool_calls"]))
 
-    def _tools(self, tools: _FlatTools, series: dict[str, pl.Series]) -> pl.DataFrame:
-        rows = pl.Series(tools.rows)
-        tool = _columns(tools.flat, _Tool)
-        data: dict[str, Any] = {
-            "rollout_id": series["rollout_id"].gather(rows),
-            "model_call_id": series["model_call_id"].gather(rows),
-            "call_index": series["call_index"].gather(rows),
-            "tool_index": tools.positions,
-            **{name: tool[name] for name in _TOOL_FIELDS},
-            "source": ["store"] * len(tools.flat),
-        }
-        return TOOL_CALLS.from_columns(data)
+
+class ToolColumns(Protocol):
+    """The tool calls of a chunk of rows, flat: the row and position of each, its fields."""
+
+    rows: np.ndarray
+    positions: np.ndarray
+
+    def names(self) -> pl.Series: ...
+    def fields(self) -> Mapping[str, Sequence[Any] | pl.Series]: ...
+
+
+def facts_frames(
+    data: Mapping[str, Sequence[Any] | pl.Series], tools: ToolColumns
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The ``calls`` and ``tool_calls`` frames of rows given column by column (``data``: the
+    ``calls`` columns a line's envelope, facts and place give, as values or Series; the
+    timestamps in seconds), whichever way they were read: from structs (``FactsRows``) or
+    from a journal's columnar segments."""
+    schema = CALLS.polars
+    float_columns = ("started_at", "completed_at", "latency_total_ms", "latency_ttft_ms")
+    series = {
+        name: pl.Series(name, values, dtype=pl.Float64() if name in float_columns else schema[name])
+        for name, values in data.items()
+    }
+    series["tool_names"] = tools.names()
+    series["started_at"] = micros_series(series["started_at"])
+    series["completed_at"] = micros_series(series["completed_at"])
+    frame = pl.DataFrame(list(series.values()))
+    finish, category = pl.col("finish_reason"), pl.col("error_category")
+    stream = frame["stream"].fill_null(False)
+    frame = frame.with_columns(
+        pl.lit(None, pl.Categorical()).alias("run"),
+        pl.lit("store").alias("source"),
+        pl.when(
+            finish.is_in(list(LENGTH_FINISH_REASONS))
+            & (category.is_null() | (category == "incomplete"))
+        )
+        .then(pl.lit("length"))
+        .when(category.is_not_null())
+        .then(category)
+        .otherwise(pl.lit("ok"))
+        .alias("outcome"),
+        (pl.col("cached_tokens") > 0).alias("cache_hit"),
+        _rates(frame, stream),
+    )
+    calls = CALLS.conform(frame)
+    return calls, _tools(tools, series)
+
+
+def _tools(tools: ToolColumns, series: dict[str, pl.Series]) -> pl.DataFrame:
+    rows = pl.Series(tools.rows)
+    fields = tools.fields()
+    data: dict[str, Any] = {
+        "rollout_id": series["rollout_id"].gather(rows),
+        "model_call_id": series["model_call_id"].gather(rows),
+        "call_index": series["call_index"].gather(rows),
+        "tool_index": tools.positions,
+        **{name: fields[name] for name in TOOL_FIELDS},
+        "source": ["store"] * len(rows),
+    }
+    return TOOL_CALLS.from_columns(data)
 
 
 class _FlatTools:
@@ -190,6 +200,9 @@ class _FlatTools:
         self.rows = np.repeat(np.arange(len(per_row), dtype=np.int64), counts)
         firsts = np.repeat(np.cumsum(counts) - counts, counts)
         self.positions = np.arange(len(self.flat), dtype=np.int64) - firsts
+
+    def fields(self) -> dict[str, Sequence[Any]]:
+        return columns_of(self.flat, _Tool)
 
     def names(self) -> pl.Series:
         """``tool_names`` (building a List column row by row is slow)."""
@@ -206,13 +219,17 @@ class _FlatTools:
         return joined["name"].fill_null([]).cast(pl.List(pl.String())).alias("tool_names")
 
 
-_TOOL_FIELDS = ("choice_index", "call_id", "type", "name", "arguments", "arguments_raw",
-                "arguments_parse_error")  # fmt: skip
-_TOKENS = ("tokens_in", "tokens_out", "tokens_reasoning", "tokens_total", "cached_tokens",
-           "cache_creation_tokens")  # fmt: skip
+#: The fields of a tool call (``_Tool``'s) that ``tool_calls`` has.
+TOOL_FIELDS: Final = ("choice_index", "call_id", "type", "name", "arguments", "arguments_raw",
+                      "arguments_parse_error")  # fmt: skip
+#: The facts (``_Facts``' fields) that are ``calls`` columns of the same name.
+FACT_COLUMNS: Final = ("response_id", "model", "stream", "response_status", "finish_reason",
+                       "tokens_in", "tokens_out", "tokens_reasoning", "tokens_total",
+                       "cached_tokens", "cache_creation_tokens", "reasoning_content",
+                       "error_code", "error_message")  # fmt: skip
 
 
-def _columns(items: Sequence[Any], kind: type[msgspec.Struct]) -> dict[str, Sequence[Any]]:
+def columns_of(items: Sequence[Any], kind: type[msgspec.Struct]) -> dict[str, Sequence[Any]]:
     """The fields of ``items`` (structs of type ``kind``) as columns, transposed in C."""
     names = kind.__struct_fields__
     if not items:

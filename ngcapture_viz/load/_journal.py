@@ -42,7 +42,8 @@ import polars as pl
 
 from capture_core.facts import FACTS_VERSION
 from ngcapture_viz.load._journal_files import decode_each, journal_chunks, journal_paths
-from ngcapture_viz.load._line_types import FastLine
+from ngcapture_viz.load._line_types import JOURNAL_LINE, JournalLine
+from ngcapture_viz.load.journal_segments import Segment, read_where, segment_chain
 
 __all__ = ["Coverage", "JournalChanged", "JournalLine", "Journals"]
 
@@ -58,20 +59,7 @@ class _Where(msgspec.Struct):
     inode: int
 
 
-class JournalLine(FastLine, kw_only=True):
-    """A journal entry: the fields ``FastLine`` reads of a capture line, and where it is."""
-
-    file: str
-    offset: int
-    length: int
-    size: int
-    mtime_ns: int
-    inode: int
-    size_before: int
-    mtime_before_ns: int
-
-
-_LINE = msgspec.json.Decoder(JournalLine)
+_LINE = JOURNAL_LINE
 _WHERE = msgspec.json.Decoder(_Where)
 
 
@@ -107,6 +95,7 @@ _ENTRY_SCHEMA: Final = {
     "journal": pl.Int32(),
     "index": pl.Int64(),
     "kept": pl.Int64(),  # where the decoded entry is in ``Journals.kept`` (-1: not kept)
+    "segment": pl.Boolean(),  # read from a columnar segment (``journal_segments``)
 }
 
 
@@ -123,6 +112,8 @@ class Journals:
     ``stat`` of the files): each such journal is read from there. ``bases``: file name →
     ``(size, mtime_ns)`` the index holds for it (its bytes up to ``size`` read or vouched
     for, and ``stat`` found that mtime then): its chain starts there rather than at 0.
+    A journal read from its start whose first lines a chain of columnar segments holds
+    (``journal_segments``; ``chains``) is read from them, and decoded only after them.
     """
 
     def __init__(
@@ -140,6 +131,11 @@ class Journals:
         self._stats = stats
         self._since = [(since or {}).get(os.path.basename(path)) for path in self.paths]
         self._sparse = sparse
+        #: Per journal, the segments its first lines are read from (none: decoded whole).
+        self.chains: list[list[Segment]] = [[] for _ in self.paths]
+        #: Per journal, the line its decoded lines start at (where its chain ends).
+        self._first = [0] * len(self.paths)
+        from_segments = self._from_segments()
         limit = KEEP_ENTRIES if keep_entries is None else keep_entries
         kept: list[JournalLine] | None = []
         columns: dict[str, list[Any]] = {name: [] for name in _ENTRY_SCHEMA}
@@ -162,9 +158,11 @@ class Journals:
                     kept = None  # decoded again, a chunk at a time, by ``lines``
             if kept is None:
                 columns["kept"] += [-1] * (len(columns["file"]) - len(columns["kept"]))
+        columns["segment"] = [False] * len(columns["file"])
         self.kept = kept
+        decoded = pl.DataFrame(columns, schema=_ENTRY_SCHEMA)
         self.entries, self.covered = _cover(
-            pl.DataFrame(columns, schema=_ENTRY_SCHEMA), stats, racy, bases or {}
+            pl.concat([*from_segments, decoded]), stats, racy, bases or {}
         )
         if kept is None:
             self.entries = self.entries.with_columns(pl.lit(-1, pl.Int64()).alias("kept"))
@@ -184,7 +182,7 @@ class Journals:
         now (same inode), with facts of the current version; each with its line index."""
         stats = self._stats
         for journal, path in enumerate(self.paths):
-            start = 0
+            start = self._first[journal]
             for chunk in journal_chunks(path, self._since[journal]):
                 found: list[tuple[int, JournalLine]] = []
                 if self._sparse:
@@ -217,11 +215,50 @@ class Journals:
                 yield journal, found
                 start += chunk.count(b"\n")
 
+    def _from_segments(self) -> list[pl.DataFrame]:
+        """The entries of the journals read from their start that segments hold (as
+        ``_found`` would keep them: facts of the current version, a file of ``stats`` as it
+        is now); each such journal is then decoded from where its chain ends. A segment that
+        cannot be read leaves its journal to be decoded whole."""
+        if not self.paths:
+            return []
+        names = list(self._stats)
+        now = pl.LazyFrame(
+            {"file": names, "inode": [self._stats[name].st_ino for name in names]},
+            schema={"file": pl.String(), "inode": pl.Int64()},
+        )
+        frames: list[pl.DataFrame] = []
+        for journal, path in enumerate(self.paths):
+            if self._since[journal] is not None:
+                continue  # an index refresh reads from its mark
+            chain = _chain(path)
+            if not chain:
+                continue
+            try:
+                frame = (
+                    read_where(chain, FACTS_VERSION)
+                    .join(now, on=["file", "inode"], how="semi")
+                    .with_columns(
+                        pl.lit(journal, pl.Int32()).alias("journal"),
+                        pl.lit(-1, pl.Int64()).alias("kept"),
+                        pl.lit(True).alias("segment"),
+                    )
+                    .select(list(_ENTRY_SCHEMA))
+                    .collect()
+                )
+            except (OSError, pl.exceptions.PolarsError):
+                continue
+            frames.append(frame)
+            self.chains[journal] = chain
+            self._first[journal] = chain[-1].end_line
+            self._since[journal] = [chain[-1].inode, chain[-1].end]
+        return frames
+
     def decoded_chunks(self) -> Iterator[tuple[int, int, Sequence[JournalLine | None]]]:
         """The journals decoded again, a chunk at a time (for journals too large to keep):
         ``(journal, index of the chunk's first line, one entry or None per line)``."""
         for journal, path in enumerate(self.paths):
-            start = 0
+            start = self._first[journal]
             for chunk in journal_chunks(path, self._since[journal]):
                 entries: Sequence[JournalLine | None] = decode_each(_LINE, chunk)
                 yield journal, start, entries
@@ -308,6 +345,18 @@ def _cover(
         .sort("file", "offset")
     )
     return kept, covered
+
+
+def _chain(path: str) -> list[Segment]:
+    """The chain of segments of the journal at ``path`` (none when it cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return []
+    try:
+        return segment_chain(path, fd)
+    finally:
+        os.close(fd)
 
 
 def _current(line: JournalLine) -> bool:

@@ -21,6 +21,7 @@ from ngcapture_viz.load._facts_rows import FactsRows
 from ngcapture_viz.load._file_state import FileState, FileTask, is_racy
 from ngcapture_viz.load._journal import Coverage, JournalChanged, JournalLine, Journals
 from ngcapture_viz.load._line_types import FastLine
+from ngcapture_viz.load.journal_segments import read_entries, segment_frames
 
 __all__ = ["JournalRows"]
 
@@ -34,6 +35,7 @@ class JournalRows:
         self.frames: list[tuple[pl.DataFrame, pl.DataFrame]] = []
         self.states: list[FileState] = []
         self.count = 0
+        self.from_segments = 0  # of ``count``, rows read from columnar segments
 
     def take(
         self, tasks: list[FileTask], given: Mapping[str, Journals] | None = None
@@ -70,6 +72,9 @@ class JournalRows:
         """Add ``rows`` (``_journal_rows``) to the journal's columnar rows, from the entries
         kept by the first pass, or else decoded again a chunk at a time."""
         tasks = _TaskColumns(group)
+        if any(journals.chains):
+            self._emit_segments(tasks, rows.filter("segment"), journals, directory)
+            rows = rows.filter(~pl.col("segment"))
         if journals.kept is not None:
             self._emit(tasks, rows, journals.kept, rows["kept"])
             return
@@ -84,6 +89,56 @@ class JournalRows:
                 taken += part.height
         if taken != rows.height:
             raise JournalChanged(directory)
+
+    def _emit_segments(
+        self, group: _TaskColumns, rows: pl.DataFrame, journals: Journals, directory: str
+    ) -> None:
+        """Rows from the journals' columnar segments, one segment read at a time."""
+        changed = JournalChanged(directory)
+        taken = 0
+        wanted = rows.select(
+            "journal", "task", "index", "call_index", "line_number",
+            pl.col("offset").alias("row_offset"),
+        )  # fmt: skip
+        names = pl.Series(group.names, dtype=pl.String())
+        rollout_ids = pl.Series(group.rollout_ids, dtype=pl.String())
+        paths = pl.Series(group.paths, dtype=pl.String())
+        for journal, chain in enumerate(journals.chains):
+            mine = wanted.filter(pl.col("journal") == journal)
+            for segment in chain:
+                part = mine.filter(
+                    pl.col("index").is_between(segment.first_line, segment.end_line - 1)
+                )
+                if not part.height:
+                    continue
+                try:
+                    found = (
+                        read_entries([segment])
+                        .join(part.lazy(), left_on="line", right_on="index")
+                        .sort("task", "offset")
+                        .collect()
+                    )
+                except (OSError, pl.exceptions.PolarsError) as exc:
+                    raise changed from exc
+                # The entry the first pass read for this file at this offset, or the segment
+                # changed since (a row from another entry would be a wrong row).
+                task = found["task"]
+                if found.height != part.height or not (
+                    found["file"].equals(names.gather(task).alias("file"))
+                    and found["offset"].equals(found["row_offset"].alias("offset"))
+                ):
+                    raise changed
+                for start in range(0, found.height, self.chunk_rows):
+                    piece = found.slice(start, self.chunk_rows)
+                    at = piece["task"]
+                    self.frames.append(
+                        segment_frames(piece, rollout_ids.gather(at), paths.gather(at))
+                    )
+                taken += found.height
+        if taken != rows.height:
+            raise changed
+        self.count += taken
+        self.from_segments += taken
 
     def _emit(
         self,
@@ -179,6 +234,7 @@ def _journal_rows(journals: Journals, group: list[FileTask]) -> tuple[pl.DataFra
         "journal",
         "index",
         "kept",
+        "segment",
         "offset",
         "length",
         (pl.col("first_index") + pl.col("number")).alias("call_index"),

@@ -18,7 +18,9 @@ from capture_core.facts import FACTS_VERSION
 from capture_core.records import DEFAULT_MODEL_REF_TYPE
 
 __all__ = [
+    "JOURNAL_LINE",
     "FastLine",
+    "JournalLine",
     "decode_fast",
     "is_string_or_null",
     "keep_for_facts",
@@ -141,6 +143,23 @@ class FastLine(msgspec.Struct):
     response_raw: msgspec.Raw = _EMPTY_RAW
     ngcapture_facts: _Facts | None = None
 
+
+class JournalLine(FastLine, kw_only=True):
+    """A facts journal's entry (``capture_core.facts_journal``): the fields ``FastLine``
+    reads of a capture line, and where that line is."""
+
+    file: str
+    offset: int
+    length: int
+    size: int
+    mtime_ns: int
+    inode: int
+    size_before: int
+    mtime_before_ns: int
+
+
+#: Decodes a journal entry (``_journal``, and ``journal_segments``, which must agree).
+JOURNAL_LINE = msgspec.json.Decoder(JournalLine)
 
 #: Decodes a line for the columnar facts path (``msgspec.ValidationError``: not for it).
 decode_fast = msgspec.json.Decoder(FastLine).decode

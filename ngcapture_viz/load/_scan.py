@@ -82,6 +82,7 @@ def scan_files(
                 scanner.frames += taken.frames
                 scanner.states += taken.states
                 scanner.from_journal = taken.count
+                scanner.from_segments = taken.from_segments
         for task in rest:
             scanner.scan(task)
         return scanner.result()
@@ -100,6 +101,7 @@ class _Scanner:
         self.unreadable: list[tuple[str, str]] = []
         self.parsed = 0
         self.from_journal = 0
+        self.from_segments = 0  # of those, rows read from the journals' columnar segments
 
     def scan(self, task: FileTask) -> None:
         try:
@@ -125,6 +127,8 @@ class _Scanner:
         decoded = dict(self.decoder.counts)
         if self.from_journal:
             decoded["journal"] = self.from_journal
+        if self.from_segments:
+            decoded["segments"] = self.from_segments
         calls = pl.concat([c for c, _ in self.frames], rechunk=len(self.frames) > 1)
         tools = pl.concat([t for _, t in self.frames], rechunk=len(self.frames) > 1)
         return ScanResult(

@@ -81,7 +81,9 @@ class IndexStats:
     bytes_parsed: int = 0
     #: Processes that parsed (always 1 since issue 19; kept for callers that print it).
     workers: int = 1
-    #: Lines read from their facts, from their bodies, and by the exact reader.
+    #: Lines read from their facts (``facts``), from their bodies (``bodies``), by the exact
+    #: reader (``exact``), and rows taken from facts journals (``journal``; of those, from
+    #: their columnar segments: ``segments``).
     decoded: dict[str, int] = field(default_factory=dict)
 
 
