@@ -189,7 +189,7 @@ def segment_chain(journal_path: str, fd: int, names: Sequence[str] | None = None
             (
                 segment
                 for segment in sorted(candidates, key=lambda s: s.end, reverse=True)
-                if segment.first_line == line and _tail_matches(fd, segment)
+                if segment.first_line == line and _tail_matches(fd, segment) and _readable(segment)
             ),
             None,
         )
@@ -207,6 +207,16 @@ def _tail_matches(fd: int, segment: Segment) -> bool:
     except OSError:
         return False
     return len(data) == length and data.endswith(b"\n") and _tail_hash(data) == segment.tail
+
+
+def _readable(segment: Segment) -> bool:
+    """Whether the segment's Parquet footer names exactly the columns of ``SEGMENT_SCHEMA``
+    (a file cut short or of other columns is not part of a chain, and ``write_segments``
+    writes it again)."""
+    try:
+        return pl.read_parquet_schema(segment.path) == SEGMENT_SCHEMA
+    except (OSError, pl.exceptions.PolarsError, ValueError):
+        return False
 
 
 def read_where(chain: Sequence[Segment], facts_version: int) -> pl.LazyFrame:
@@ -370,12 +380,14 @@ def _write(frame: pl.DataFrame, path: str) -> None:
     """Write ``frame`` to ``path`` whole or not at all (a temporary file renamed into place)."""
     folder = os.path.dirname(path)
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=".segment-", suffix=".tmp")
-    os.close(handle)
     try:
-        os.chmod(temporary, 0o644)  # as the journal: readable by whoever reads the store
+        os.fchmod(handle, 0o644)  # as the journal: readable by whoever reads the store
         frame.write_parquet(temporary, statistics=False)
+        os.fsync(handle)  # its bytes on disk before its name: a crash leaves no torn segment
         os.rename(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+    finally:
+        os.close(handle)
