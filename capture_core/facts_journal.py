@@ -16,12 +16,14 @@ Only lines a reader would read from their facts get an entry: lines carrying fac
 current :data:`~capture_core.facts.FACTS_VERSION`. One ``write`` per entry on a descriptor
 opened at start-up (``O_APPEND``: entries of concurrent writer threads never interleave).
 
-Each time the journal has grown by ``segment_bytes``, and when the server stops with at
-least :data:`CLOSE_SEGMENT_BYTES` not yet handed over, the journal starts ``ngcapture compact``
+Each time the journal has grown by ``segment_bytes``, and when the server stops with entries
+written since the last run began and a journal of at least :data:`CLOSE_SEGMENT_BYTES` (or
+``segment_bytes``, if smaller), the journal starts ``ngcapture compact``
 on it in a separate process (its own session, output discarded): that writes columnar
 segments of the entries (``ngcapture_viz.load.journal_segments``), which a cold open reads
-instead of decoding them. The server never waits for it, never imports Polars, and at most
-one runs per journal at a time; if it fails, readers decode the lines as before.
+instead of decoding them. The server never waits for it and never imports Polars; while it
+runs, the journal starts no other (but the last, when the server stops, starts regardless);
+if it fails, readers decode the lines as before.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ _write = os.write  # by name, so a test can make it fail without touching ``os``
 
 #: Journal bytes between two runs of ``ngcapture compact`` while the server runs.
 SEGMENT_BYTES: Final = 32 * 1024 * 1024
-#: Bytes not yet handed to ``ngcapture compact`` that make a stopping server start it.
+#: A journal this large (or ``segment_bytes``, if smaller) is compacted when its server stops.
 CLOSE_SEGMENT_BYTES: Final = 1024 * 1024
 #: Compaction processes started and not yet seen to end (kept so they are reaped, not
 #: reported as leaked when their ``Popen`` is collected).
@@ -190,11 +192,13 @@ class FactsJournal:
         if self.segment_bytes and self._unsegmented >= self.segment_bytes:
             self._compact()
 
-    def _compact(self) -> None:
-        """Start ``ngcapture compact`` on the journal unless one is still running for it."""
+    def _compact(self, *, last: bool = False) -> None:
+        """Start ``ngcapture compact`` on the journal unless one is still running for it
+        (``last``: the server stops; start it anyway, so the entries written since the
+        running one began are covered too: two runs write the same segments, atomically)."""
         with self._lock:
             running = self._compactor
-            if running is not None and running.poll() is None:
+            if not last and running is not None and running.poll() is None:
                 return
             self._unsegmented = 0
             self.compactions += 1
@@ -218,13 +222,19 @@ class FactsJournal:
         """Close the journal (idempotent); it stays on disk for readers. Call it once no
         thread is in ``note`` (the server joins its writer threads first)."""
         fd, self._fd = self._fd, None
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-            if self.segment_bytes and self._unsegmented >= min(
-                self.segment_bytes, CLOSE_SEGMENT_BYTES
-            ):
-                self._compact()
+        if fd is None:
+            return
+        size = 0
+        with contextlib.suppress(OSError):
+            size = os.fstat(fd).st_size
+            os.close(fd)
+        # Large enough to be worth a process, and written to since the last run began.
+        if (
+            self.segment_bytes
+            and self._unsegmented
+            and size >= min(self.segment_bytes, CLOSE_SEGMENT_BYTES)
+        ):
+            self._compact(last=True)
 
 
 def _start_compactor(journal: Path) -> subprocess.Popen[bytes]:

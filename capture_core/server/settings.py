@@ -115,9 +115,9 @@ class CaptureSettings(BaseSettings):
         default=SEGMENT_BYTES,
         ge=0,
         description="run `ngcapture compact` on the facts journal (a separate process) each "
-        "time it grows by this many bytes, and when the server stops with at least 1 MiB (or "
-        "this much) not yet compacted, so a first open reads columns instead of decoding "
-        "entries; 0: never",
+        "time it grows by this many bytes, and when the server stops (a journal of at least "
+        "1 MiB, or this much, written to since), so a first open reads columns instead of "
+        "decoding entries; 0: never",
     )
     summary_interval_s: float = Field(
         default=60.0,

@@ -39,30 +39,42 @@ def _open(root: Path) -> ngv.Run:
     return ngv.open_run(root)
 
 
+def _segments(root: Path) -> list[str]:
+    return sorted(path.name for path in (root / JOURNAL_DIR).glob(f"*{SEGMENT_SUFFIX}"))
+
+
+def _calls(client: httpx.Client, url: str, first: int, count: int) -> None:
+    for number in range(first, first + count):
+        body = request_body("chat", stream=number % 3 == 0)
+        answer = client.post(f"{url}/ng-rollout/r-{number % 7}/v1/chat/completions", json=body)
+        assert answer.status_code == 200
+
+
 def test_the_server_compacts_its_journal_as_it_grows_and_when_it_stops(tmp_path: Path) -> None:
     root = tmp_path / "calls"
-    # Small enough that the journal passes it several times during the calls.
+    # Small enough that the journal passes it during the calls (entries are ~700 bytes).
     env = {"NGCAPTURE_JOURNAL_SEGMENT_BYTES": "20000"}
     with run_worker(seed=5) as worker, run_capture_server(worker.url, root, env=env) as server:
         with httpx.Client(timeout=30) as client:
-            for number in range(CALLS):
-                body = request_body("chat", stream=number % 3 == 0)
-                answer = client.post(
-                    f"{server.url}/ng-rollout/r-{number % 7}/v1/chat/completions", json=body
-                )
-                assert answer.status_code == 200
-                time.sleep(0.005)  # let a compaction that started run meanwhile
+            _calls(client, server.url, 0, CALLS - 10)
+            # The compaction started on the way runs while the server serves (a process of
+            # its own: Python and Polars start first).
+            deadline = time.monotonic() + WAIT_S
+            while not _segments(root) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            during = _segments(root)
+            assert during, server.log()
+            _calls(client, server.url, CALLS - 10, 10)  # entries no run has seen yet
         journal = next((root / JOURNAL_DIR).glob("*.jsonl"))
-        during = sorted(p.name for p in (root / JOURNAL_DIR).glob(f"*{SEGMENT_SUFFIX}"))
         assert server.stop() == 0, server.log()
-    # The server does not wait for the last compaction: it ends on its own, soon.
+    # The server does not wait for its last compaction: it ends on its own, soon.
     size = journal.stat().st_size
     deadline = time.monotonic() + WAIT_S
     while _covered(journal) < size and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _covered(journal) == size
-    segments = sorted(p.name for p in (root / JOURNAL_DIR).glob(f"*{SEGMENT_SUFFIX}"))
-    assert len(segments) > len(during) >= 1, (during, segments)
+    segments = _segments(root)
+    assert len(segments) > len(during), (during, segments)
     assert set(during) <= set(segments)  # a later run adds segments, never rewrites one
 
     # A file modified within the racy window is read from its lines whatever the journal says.
