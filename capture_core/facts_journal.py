@@ -155,9 +155,13 @@ class FactsJournal:
         #: Journal bytes between runs of ``ngcapture compact`` (0, the default outside the
         #: server, whose setting is :data:`SEGMENT_BYTES`: never run it).
         self.segment_bytes = segment_bytes
-        self._unsegmented = 0  # bytes written since it last started (read and added racily)
+        # Bytes written since a run last started, and the count that makes ``note`` look for
+        # whether to start one (read and added without a lock: this runs per call; a lost
+        # update only delays the next run).
+        self._unsegmented = 0
+        self._next_check = segment_bytes
         self._compactor: subprocess.Popen[bytes] | None = None
-        #: How many times ``ngcapture compact`` was started for this journal.
+        #: How many times ``ngcapture compact`` was started (or tried) for this journal.
         self.compactions = 0
         try:
             directory.mkdir(exist_ok=True)
@@ -187,20 +191,23 @@ class FactsJournal:
             with contextlib.suppress(OSError):
                 write_all(fd, b"\n")
             self._failed(f"short write ({written} of {len(entry)} bytes)")
-        # Not under a lock (this runs per call): a lost update only delays the next run.
         self._unsegmented += written
-        if self.segment_bytes and self._unsegmented >= self.segment_bytes:
+        if self.segment_bytes and self._unsegmented >= self._next_check:
             self._compact()
 
     def _compact(self, *, last: bool = False) -> None:
         """Start ``ngcapture compact`` on the journal unless one is still running for it
         (``last``: the server stops; start it anyway, so the entries written since the
-        running one began are covered too: two runs write the same segments, atomically)."""
+        running one began are covered too: two runs may cut different stretches, each
+        segment is renamed into place whole, and a reader chains the longest)."""
         with self._lock:
             running = self._compactor
             if not last and running is not None and running.poll() is None:
+                # Looked at again after another eighth of the interval, not at every call.
+                self._next_check = self._unsegmented + max(1, self.segment_bytes // 8)
                 return
             self._unsegmented = 0
+            self._next_check = self.segment_bytes
             self.compactions += 1
             try:
                 self._compactor = _start_compactor(self.path)
@@ -238,12 +245,22 @@ class FactsJournal:
 
 
 def _start_compactor(journal: Path) -> subprocess.Popen[bytes]:
-    """``ngcapture compact --quiet JOURNAL`` in a process of its own session (it outlives a
-    server that stops), output discarded; earlier ones that ended are reaped."""
+    """``ngcapture compact --quiet --low-priority JOURNAL`` in a process of its own session
+    (it outlives a server that stops), output discarded; earlier ones that ended are reaped."""
     with _COMPACTORS_LOCK:
         _COMPACTORS[:] = [process for process in _COMPACTORS if process.poll() is None]
         process = subprocess.Popen(
-            [sys.executable, "-m", "capture_core.cli", "compact", "--quiet", str(journal)],
+            # -P: nothing imported from the working directory (whoever can write there).
+            [
+                sys.executable,
+                "-P",
+                "-m",
+                "capture_core.cli",
+                "compact",
+                "--quiet",
+                "--low-priority",
+                str(journal),
+            ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

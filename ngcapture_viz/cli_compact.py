@@ -7,6 +7,7 @@ without their segments. See :mod:`ngcapture_viz.load.journal_segments`.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -26,10 +27,18 @@ new. Deleting the segments (.facts/*.parquet) loses nothing."""
 @click.command(epilog=COMPACT_EXAMPLE)
 @click.argument("target", type=click.Path(exists=True, path_type=Path), metavar="CAPTURE_DIR")
 @click.option("--quiet", is_flag=True, help="Print nothing.")
-def compact(*, target: Path, quiet: bool) -> int:
+@click.option(
+    "--low-priority",
+    is_flag=True,
+    help="Run at a lower CPU priority (nice +10), as the capture server starts it.",
+)
+def compact(*, target: Path, quiet: bool, low_priority: bool) -> int:
     """Write columnar segments of the facts journals of CAPTURE_DIR (or of one journal file),
     so that the first open of the store reads them instead of decoding every entry."""
     from ngcapture_viz.load.journal_segments import journal_files, write_segments
+
+    if low_priority:
+        os.nice(10)
 
     journals = journal_files(str(target))
     if not journals:

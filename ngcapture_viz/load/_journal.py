@@ -43,7 +43,13 @@ import polars as pl
 from capture_core.facts import FACTS_VERSION
 from ngcapture_viz.load._journal_files import decode_each, journal_chunks, journal_paths
 from ngcapture_viz.load._line_types import JOURNAL_LINE, JournalLine
-from ngcapture_viz.load.journal_segments import Segment, read_where, segment_chain
+from ngcapture_viz.load.journal_segments import (
+    WHERE_COLUMNS,
+    Segment,
+    complete,
+    read_where,
+    segment_chain,
+)
 
 __all__ = ["Coverage", "JournalChanged", "JournalLine", "Journals"]
 
@@ -218,22 +224,29 @@ class Journals:
     def _from_segments(self) -> list[pl.DataFrame]:
         """The entries of the journals read from their start that segments hold (as
         ``_found`` would keep them: facts of the current version, a file of ``stats`` as it
-        is now); each such journal is then decoded from where its chain ends. A segment that
-        cannot be read leaves its journal to be decoded whole."""
-        if not self.paths:
-            return []
-        names = list(self._stats)
-        now = pl.LazyFrame(
-            {"file": names, "inode": [self._stats[name].st_ino for name in names]},
-            schema={"file": pl.String(), "inode": pl.Int64()},
-        )
+        is now). Sets each such journal's ``chains`` entry and where its decoding starts
+        (``_first``, ``_since``), so it runs before ``_found``. A segment that cannot be read
+        leaves its journal to be decoded whole."""
         frames: list[pl.DataFrame] = []
+        names: list[str] | None = None  # the journals' folder, listed once
+        now: pl.LazyFrame | None = None  # the files as they are, once a chain needs them
         for journal, path in enumerate(self.paths):
             if self._since[journal] is not None:
                 continue  # an index refresh reads from its mark
-            chain = _chain(path)
+            if names is None:
+                try:
+                    names = os.listdir(os.path.dirname(path))
+                except OSError:
+                    return frames
+            chain = _chain(path, names)
             if not chain:
                 continue
+            if now is None:
+                files = list(self._stats)
+                now = pl.LazyFrame(
+                    {"file": files, "inode": [self._stats[name].st_ino for name in files]},
+                    schema={"file": pl.String(), "inode": pl.Int64()},
+                )
             try:
                 frame = (
                     read_where(chain, FACTS_VERSION)
@@ -248,6 +261,8 @@ class Journals:
                 )
             except (OSError, pl.exceptions.PolarsError):
                 continue
+            if not complete(frame, (*WHERE_COLUMNS, "index")):
+                continue  # not a segment ``write`` wrote: its lines are decoded
             frames.append(frame)
             self.chains[journal] = chain
             self._first[journal] = chain[-1].end_line
@@ -347,14 +362,15 @@ def _cover(
     return kept, covered
 
 
-def _chain(path: str) -> list[Segment]:
-    """The chain of segments of the journal at ``path`` (none when it cannot be opened)."""
+def _chain(path: str, names: Sequence[str]) -> list[Segment]:
+    """The chain of segments of the journal at ``path`` (none when it cannot be opened);
+    ``names``: its folder's listing."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return []
     try:
-        return segment_chain(path, fd)
+        return segment_chain(path, fd, names)
     finally:
         os.close(fd)
 

@@ -12,8 +12,8 @@ import msgspec
 
 from capture_core.facts_journal import JOURNAL_DIR, JOURNAL_SUFFIX
 
-__all__ = ["CHUNK_BYTES", "decode_each", "journal_chunks", "journal_marks", "journal_paths",
-           "mark_offset"]  # fmt: skip
+__all__ = ["CHUNK_BYTES", "chunks_from", "decode_each", "journal_chunks", "journal_marks",
+           "journal_paths", "mark_offset"]  # fmt: skip
 
 #: Bytes of a journal read and decoded at once.
 CHUNK_BYTES: Final = 32 * 1024 * 1024
@@ -57,12 +57,13 @@ def journal_chunks(path: str, since: Sequence[int] | None = None) -> Iterator[by
     except OSError:
         return
     try:
-        yield from _chunks(fd, since)
+        yield from chunks_from(fd, since)
     finally:
         os.close(fd)
 
 
-def _chunks(fd: int, since: Sequence[int] | None) -> Iterator[bytes]:
+def chunks_from(fd: int, since: Sequence[int] | None) -> Iterator[bytes]:
+    """``journal_chunks`` of a journal open as ``fd``."""
     try:
         start = mark_offset(fd, since)
         size = os.fstat(fd).st_size

@@ -21,7 +21,12 @@ from ngcapture_viz.load._facts_rows import FactsRows
 from ngcapture_viz.load._file_state import FileState, FileTask, is_racy
 from ngcapture_viz.load._journal import Coverage, JournalChanged, JournalLine, Journals
 from ngcapture_viz.load._line_types import FastLine
-from ngcapture_viz.load.journal_segments import read_entries, segment_frames
+from ngcapture_viz.load.journal_segments import (
+    NEVER_NULL,
+    complete,
+    read_entries,
+    segment_frames,
+)
 
 __all__ = ["JournalRows"]
 
@@ -123,6 +128,8 @@ class JournalRows:
                 # The entry the first pass read for this file at this offset, or the segment
                 # changed since (a row from another entry would be a wrong row).
                 task = found["task"]
+                if not complete(found, NEVER_NULL):  # not a segment ``write`` wrote
+                    raise changed
                 if found.height != part.height or not (
                     found["file"].equals(names.gather(task).alias("file"))
                     and found["offset"].equals(found["row_offset"].alias("offset"))

@@ -10,15 +10,21 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from polars.testing import assert_frame_equal
 
 import ngcapture_viz as ngv
+from capture_core import CaptureStore, facts_journal
+from capture_core._locking import Appended
+from capture_core.facts import FACTS_KEY, FACTS_VERSION
 from capture_core.facts_journal import JOURNAL_DIR
 from capture_core.testing import request_body
 from capture_core.testing.processes import run_capture_server, run_worker
+from capture_core.writers import CaptureWriter
 from ngcapture_viz.load._file_state import RACY_NS
 from ngcapture_viz.load.index import INDEX_DIR_NAME
 from ngcapture_viz.load.journal_segments import SEGMENT_SUFFIX, segment_chain
+from tests.ngcapture_viz.test_facts_journal import _append, _lines
 
 CALLS = 60
 WAIT_S = 60.0
@@ -107,3 +113,60 @@ def test_a_server_told_never_to_compact_writes_no_segment(tmp_path: Path) -> Non
     time.sleep(0.5)
     assert list((root / JOURNAL_DIR).glob("*.jsonl"))
     assert not list((root / JOURNAL_DIR).glob(f"*{SEGMENT_SUFFIX}"))
+
+
+def test_the_compactor_imports_nothing_from_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A server started from a folder others can write to: a module planted there must not run
+    # in the compaction process (python -m would put the working directory first on its path).
+    planted = tmp_path / "cwd"
+    planted.mkdir()
+    marker = tmp_path / "planted-module-ran"
+    for module in ("polars", "numpy", "msgspec", "click"):
+        (planted / f"{module}.py").write_text(f"open({str(marker)!r}, 'a').write('{module}')\n")
+    monkeypatch.chdir(planted)
+    root = tmp_path / "calls"
+    store = CaptureStore(root, create=True)
+    writer = CaptureWriter(root, segment_bytes=4000)
+    for number, line in enumerate(_lines(seed=4, n=30)):
+        _append(store, writer, f"r-{number % 4}", line)
+    journal = writer.journal
+    writer.close()  # the last run, started regardless of one still running
+    assert journal.compactions >= 2
+    assert journal._compactor is not None
+    journal._compactor.wait(WAIT_S)
+    assert journal._compactor.returncode == 0
+    assert not marker.exists(), marker.read_text()
+    size = journal.path.stat().st_size
+    deadline = time.monotonic() + WAIT_S  # an earlier run may still be writing
+    while _covered(journal.path) < size and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _covered(journal.path) == size
+
+
+def test_a_running_compaction_is_not_polled_at_every_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Running:
+        """A compaction process that never ends (it counts how often it is asked)."""
+
+        polls = 0
+
+        def poll(self) -> int | None:
+            Running.polls += 1
+            return None
+
+    monkeypatch.setattr(facts_journal, "_start_compactor", lambda path: Running())
+    journal = facts_journal.FactsJournal(tmp_path, "t", segment_bytes=80_000)
+    line = {"model_call_id": "c" * 32, "dialect": "chat",
+            FACTS_KEY: {"v": FACTS_VERSION, "reasoning_content": "r" * 600}}  # fmt: skip
+    at = Appended(11, False, 0, 11, 5, 7, 10, 0, 4)
+    for _ in range(400):  # ~300 KB: one run started at 80 KB, then one running
+        journal.note("a.capture.jsonl", at, line)
+    journal.close()
+    assert journal.path.stat().st_size > 250_000
+    # Looked at every tenth of the interval (10 KB), not at each of the ~290 later entries;
+    # and the last run, when the journal closes, started although one runs.
+    assert journal.compactions == 2
+    assert 10 <= Running.polls <= 40

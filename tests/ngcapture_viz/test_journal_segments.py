@@ -8,10 +8,13 @@ now (its name, its bytes, its content) must be ignored, never trusted.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
 import shutil
+import stat
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,6 +43,7 @@ from ngcapture_viz.load.journal_segments import (
     segment_chain,
     write_segments,
 )
+from ngcapture_viz.load.journal_segments import write as segment_writer
 from tests.ngcapture_viz.test_facts_journal import (
     _append,
     _journal_path,
@@ -483,7 +487,7 @@ def test_the_segment_format_is_bumped_when_what_segments_hold_changes() -> None:
     assert _PINNED[SEGMENT_FORMAT] == digest, (
         "JournalLine, _Facts, _Tool (ngcapture_viz/load/_line_types.py) or SEGMENT_SCHEMA "
         "changed: if what a segment holds changed, bump SEGMENT_FORMAT in "
-        f"ngcapture_viz/load/journal_segments.py; then pin {digest} for it in this test"
+        f"ngcapture_viz/load/journal_segments/schema.py; then pin {digest} for it in this test"
     )
 
 
@@ -524,3 +528,78 @@ def test_ngcapture_compact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert journal_segments.journal_files(str(not_a_journal)) == []
     assert not list(other.glob("*.parquet"))
     assert _open(other).gaps.height == 0
+
+
+# -- 7. what compacting leaves on disk ------------------------------------------------------------
+
+
+def test_segments_get_the_journal_s_permissions(tmp_path: Path) -> None:
+    root = tmp_path / "calls"
+    _store(root, files=4)
+    journal = _journal_path(root)
+    for mode in (0o600, 0o640):  # what the server's umask gave the journal
+        for segment in _segments(root):
+            segment.unlink()
+        journal.chmod(mode)
+        (segment,) = map(Path, write_segments(str(journal)))
+        assert stat.S_IMODE(segment.stat().st_mode) == mode
+
+
+def test_compacting_removes_segments_of_a_replaced_journal_and_abandoned_files(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "calls"
+    _store(root, files=4)
+    journal = _journal_path(root)
+    (old,) = map(Path, write_segments(str(journal)))
+    other_format = _renamed(old, format=SEGMENT_FORMAT + 1)
+    # The journal replaced (a copy: another inode); a killed run's temporary file, an hour old,
+    # and a fresh one (a run going on now).
+    copy = journal.with_name("copy")
+    copy.write_bytes(journal.read_bytes())
+    os.replace(copy, journal)
+    abandoned = journal.parent / ".segment-abandoned.tmp"
+    abandoned.write_bytes(b"x")
+    os.utime(abandoned, (time.time() - 7200, time.time() - 7200))
+    running = journal.parent / ".segment-running.tmp"
+    running.write_bytes(b"x")
+    (new,) = map(Path, write_segments(str(journal)))
+    assert _name_part(new, "inode") == journal.stat().st_ino
+    left = {path.name for path in journal.parent.iterdir()}
+    assert left == {journal.name, new.name, running.name}, (other_format, left)
+
+
+def test_compacting_a_journal_it_cannot_write_beside_fails_with_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "calls"
+    _store(root, files=3)
+
+    def full(*args: object, **kwargs: object) -> tuple[int, str]:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(segment_writer.tempfile, "mkstemp", full)  # the disk is full
+    assert main(["compact", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No space left on device" in err
+    assert not _segments(root)
+
+
+def test_a_segment_with_a_null_where_entries_have_values_is_not_used(tmp_path: Path) -> None:
+    root = tmp_path / "calls"
+    _store(root, files=8)
+    journal = _journal_path(root)
+    (segment,) = map(Path, write_segments(str(journal)))
+    oracle = _without_segments(root)
+    for column in ("tool_calls", "model_call_id", "offset"):
+        frame = pl.read_parquet(segment)
+        nulled = frame.with_columns(
+            pl.when(pl.col("line") == frame["line"][1]).then(None).otherwise(pl.col(column))
+            .alias(column)
+        )  # fmt: skip
+        nulled.write_parquet(segment)
+        run = _open(root)  # never raises
+        _assert_same(run, oracle)
+        assert not _decoded(run).get("segments"), column
+        frame.write_parquet(segment)
+    assert _decoded(_open(root))["segments"] > 0  # restored: used again
