@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from stat import S_ISREG
 from typing import Any, Final
@@ -73,21 +74,25 @@ class DirListing:
         listing.markers = set(markers)
         stems, names_ = data
         stats = _stat_all(fd, names_)
-        regular = [stat is None or S_ISREG(stat.st_mode) for stat in stats]
-        if all(regular):
+        # The usual case, every data file stated and regular, checked and built in C (a
+        # Python loop over 358k files costs ~0.4 s of a warm open).
+        if None not in stats and all(map(S_ISREG, map(_MODE, stats))):
             listing.data = dict(zip(stems, names_, strict=True))
-        else:  # a directory or a link named like a capture file: not one
+            listing.stats = dict(zip(names_, stats, strict=True))
+        else:
+            regular = [stat is None or S_ISREG(stat.st_mode) for stat in stats]
+            # A directory or a link named like a capture file is not one.
             listing.data = {s: n for s, n, r in zip(stems, names_, regular, strict=True) if r}
             foreign += [n for n, r in zip(names_, regular, strict=True) if not r]
-        found = [(n, stat) for n, stat in zip(names_, stats, strict=True) if stat is not None]
-        listing.stats = {n: stat for n, stat in found if S_ISREG(stat.st_mode)}
-        kept = listing.stats.values()
+            found = [(n, stat) for n, stat in zip(names_, stats, strict=True) if stat is not None]
+            listing.stats = {n: stat for n, stat in found if S_ISREG(stat.st_mode)}
+        kept = list(listing.stats.values())
         listing.stat_frame = pl.DataFrame(
             {
                 "name": list(listing.stats),
-                "now_inode": [stat.st_ino for stat in kept],
-                "now_size": [stat.st_size for stat in kept],
-                "now_mtime": [stat.st_mtime_ns for stat in kept],
+                "now_inode": list(map(_INODE, kept)),
+                "now_size": list(map(_SIZE, kept)),
+                "now_mtime": list(map(_MTIME, kept)),
             },
             schema=STAT_SCHEMA,
         )
@@ -96,6 +101,10 @@ class DirListing:
 
 
 _ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"  # capture_core.ids.ROLLOUT_ID_PATTERN
+_MODE = attrgetter("st_mode")
+_INODE = attrgetter("st_ino")
+_SIZE = attrgetter("st_size")
+_MTIME = attrgetter("st_mtime_ns")
 
 
 _Sorted = tuple[tuple[list[str], list[str]], list[str], list[str]]
