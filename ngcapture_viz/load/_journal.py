@@ -44,6 +44,7 @@ from capture_core.facts import FACTS_VERSION
 from ngcapture_viz.load._journal_files import decode_each, journal_chunks, journal_paths
 from ngcapture_viz.load._line_types import JOURNAL_LINE, JournalLine
 from ngcapture_viz.load.journal_segments import (
+    SEGMENT_SCHEMA,
     WHERE_COLUMNS,
     Segment,
     complete,
@@ -90,14 +91,7 @@ class Coverage:
 
 #: One row per entry of a covered file, in line order per file.
 _ENTRY_SCHEMA: Final = {
-    "file": pl.String(),
-    "offset": pl.Int64(),
-    "length": pl.Int64(),
-    "size": pl.Int64(),
-    "mtime_ns": pl.Int64(),
-    "inode": pl.Int64(),
-    "size_before": pl.Int64(),
-    "mtime_before_ns": pl.Int64(),
+    **{name: SEGMENT_SCHEMA[name] for name in WHERE_COLUMNS},  # where its line is
     "journal": pl.Int32(),
     "index": pl.Int64(),
     "kept": pl.Int64(),  # where the decoded entry is in ``Journals.kept`` (-1: not kept)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
 from stat import S_ISREG
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import polars as pl
 
@@ -78,7 +78,7 @@ class DirListing:
         # Python loop over 358k files costs ~0.4 s of a warm open).
         if None not in stats and all(map(S_ISREG, map(_MODE, stats))):
             listing.data = dict(zip(stems, names_, strict=True))
-            listing.stats = dict(zip(names_, stats, strict=True))
+            listing.stats = dict(zip(names_, cast("list[os.stat_result]", stats), strict=True))
         else:
             regular = [stat is None or S_ISREG(stat.st_mode) for stat in stats]
             # A directory or a link named like a capture file is not one.

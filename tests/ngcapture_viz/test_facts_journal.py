@@ -50,12 +50,15 @@ def _lines(seed: int, n: int) -> Iterator[dict[str, Any]]:
         yield {**data, FACTS_KEY: call_facts(data["dialect"], data["request"], data["response"])}
 
 
-def _store(root: Path, files: int = 24, seed: int = 3) -> dict[str, int]:
-    """Rollout files written through a writer that journals them; lines per rollout id."""
+def _store(
+    root: Path, files: int = 24, seed: int = 3, lines: Iterator[dict[str, Any]] | None = None
+) -> dict[str, int]:
+    """Rollout files written through a writer that journals them (``lines``: at least
+    ``files * 6`` to write, else ``_lines``'); lines per rollout id."""
     store = CaptureStore(root, create=True)
     writer = CaptureWriter(root)
     counts: dict[str, int] = {}
-    lines = _lines(seed, files * 6)
+    lines = _lines(seed, files * 6) if lines is None else lines
     try:
         for number in range(files):
             rollout = f"{number}-0"

@@ -50,6 +50,7 @@ from tests.ngcapture_viz.test_facts_journal import (
     _journaled_appends,
     _lines,
 )
+from tests.ngcapture_viz.test_facts_journal import _store as _journaled_store
 
 FRAMES = ("calls", "tool_calls", "rollouts", "gaps")
 _NAME = re.compile(
@@ -72,21 +73,22 @@ def _tooled(lines: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
 
 
 def _store(root: Path, files: int = 24, seed: int = 3) -> dict[str, int]:
-    """Rollout files written through a writer that journals them (``test_facts_journal``'s
-    store, with more tool calls); lines per rollout id."""
-    store = CaptureStore(root, create=True)
-    writer = CaptureWriter(root)
-    counts: dict[str, int] = {}
-    lines = _tooled(_lines(seed, files * 6))
-    try:
-        for number in range(files):
-            rollout = f"{number}-0"
-            counts[rollout] = 1 + number % 6
-            for _ in range(counts[rollout]):
-                _append(store, writer, rollout, next(lines))
-    finally:
-        writer.close()
-    return counts
+    """``test_facts_journal``'s store, with more tool calls; lines per rollout id."""
+    return _journaled_store(root, files, seed, lines=_tooled(_lines(seed, files * 6)))
+
+
+def _segmented(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: int, at_least: int
+) -> tuple[Path, Path, list[Path]]:
+    """A store whose journal is compacted into at least ``at_least`` segments (small
+    chunks): its root, its journal and the segments in chain order."""
+    monkeypatch.setattr(_journal_files, "CHUNK_BYTES", 8192)
+    root = tmp_path / "calls"
+    _store(root, files=files)
+    journal = _journal_path(root)
+    paths = [Path(p) for p in write_segments(str(journal))]
+    assert len(paths) >= at_least
+    return root, journal, paths
 
 
 @pytest.fixture(autouse=True)
@@ -309,12 +311,7 @@ def test_a_chain_of_segments_and_the_entries_after_it(
 def test_a_broken_link_ends_the_chain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A segment whose first line is not where the one before ended (or missing) ends the
     chain: the segments before it are read, the rest of the journal is decoded."""
-    monkeypatch.setattr(_journal_files, "CHUNK_BYTES", 8192)
-    root = tmp_path / "calls"
-    _store(root, files=24)
-    journal = _journal_path(root)
-    paths = [Path(p) for p in write_segments(str(journal))]
-    assert len(paths) >= 3
+    root, journal, paths = _segmented(tmp_path, monkeypatch, files=24, at_least=3)
     _renamed(paths[1], first=_name_part(paths[1], "first") + 1)
     assert [Path(s.path) for s in _chain(journal)] == paths[:1]
     run = _open(root)
@@ -424,12 +421,7 @@ def test_a_segment_changed_between_the_passes_gives_no_wrong_row(
     """The first pass decides which files the segments cover; the rows are read from the
     segments afterwards. A segment gone or changed meanwhile gives no row: every file is
     read from its lines (a segment rewritten with the same entries is still used)."""
-    monkeypatch.setattr(_journal_files, "CHUNK_BYTES", 8192)
-    root = tmp_path / "calls"
-    _store(root, files=16)
-    journal = _journal_path(root)
-    paths = [Path(p) for p in write_segments(str(journal))]
-    assert len(paths) >= 2
+    root, _journal_file, paths = _segmented(tmp_path, monkeypatch, files=16, at_least=2)
     oracle = _without_segments(root)
     real = _journal.Journals.__init__
     done: list[bool] = []
