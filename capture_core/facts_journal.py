@@ -234,6 +234,7 @@ class FactsJournal:
         size = 0
         with contextlib.suppress(OSError):
             size = os.fstat(fd).st_size
+        with contextlib.suppress(OSError):
             os.close(fd)
         # Large enough to be worth a process, and written to since the last run began.
         if (
