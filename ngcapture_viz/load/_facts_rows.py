@@ -22,7 +22,15 @@ from ngcapture_viz.frames.calls import CALLS, LENGTH_FINISH_REASONS
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS
 from ngcapture_viz.load._line_types import FastLine, _Facts, _Tool, micros_series
 
-__all__ = ["FACT_COLUMNS", "TOOL_FIELDS", "FactsRows", "ToolColumns", "columns_of", "facts_frames"]
+__all__ = [
+    "FACT_COLUMNS",
+    "TOOL_FIELDS",
+    "FactsRows",
+    "FlatTools",
+    "ToolColumns",
+    "columns_of",
+    "facts_frames",
+]
 
 
 class FactsRows:
@@ -125,7 +133,7 @@ class FactsRows:
             "line_bytes": self.lengths,
             "path": self.paths,
         }
-        return facts_frames(data, _FlatTools(fact["tool_calls"]))
+        return facts_frames(data, FlatTools(fact["tool_calls"]))
 
 
 class ToolColumns(Protocol):
@@ -190,7 +198,7 @@ def _tools(tools: ToolColumns, series: dict[str, pl.Series]) -> pl.DataFrame:
     return TOOL_CALLS.from_columns(data)
 
 
-class _FlatTools:
+class FlatTools:
     """The tool calls of every row in one list, with the row and position of each."""
 
     def __init__(self, per_row: Sequence[list[_Tool]]) -> None:
@@ -205,18 +213,21 @@ class _FlatTools:
         return columns_of(self.flat, _Tool)
 
     def names(self) -> pl.Series:
-        """``tool_names`` (building a List column row by row is slow)."""
+        """``tool_names``."""
+        names = pl.Series(values=[tool.name for tool in self.flat], dtype=pl.String())
+        return self.per_row(names).alias("tool_names")
+
+    def per_row(self, values: pl.Series) -> pl.Series:
+        """``values`` (one per tool call, in order) as a list per row, empty for a row
+        without tool calls (building a List column row by row is slow)."""
         grouped = (
-            pl.DataFrame(
-                {"row": self.rows, "name": [tool.name for tool in self.flat]},
-                schema={"row": pl.Int64(), "name": pl.String()},
-            )
+            pl.DataFrame({"row": pl.Series(self.rows, dtype=pl.Int64()), "value": values})
             .group_by("row", maintain_order=True)
-            .agg("name")
+            .agg("value")
         )
         every = pl.DataFrame({"row": pl.int_range(self.count, eager=True, dtype=pl.Int64)})
         joined = every.join(grouped, on="row", how="left", maintain_order="left")
-        return joined["name"].fill_null([]).cast(pl.List(pl.String())).alias("tool_names")
+        return joined["value"].fill_null([]).cast(pl.List(values.dtype))
 
 
 #: The fields of a tool call (``_Tool``'s) that ``tool_calls`` has.

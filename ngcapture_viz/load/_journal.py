@@ -66,7 +66,6 @@ class _Where(msgspec.Struct):
     inode: int
 
 
-_LINE = JOURNAL_LINE
 _WHERE = msgspec.json.Decoder(_Where)
 
 
@@ -196,13 +195,13 @@ class Journals:
                             continue
                         lines = lines if lines is not None else chunk.split(b"\n")
                         try:
-                            line = _LINE.decode(lines[number])
+                            line = JOURNAL_LINE.decode(lines[number])
                         except (msgspec.DecodeError, RecursionError):
                             continue
                         if _current(line):
                             found.append((start + number, line))
                 else:
-                    entries: Sequence[JournalLine | None] = decode_each(_LINE, chunk)
+                    entries: Sequence[JournalLine | None] = decode_each(JOURNAL_LINE, chunk)
                     found = [
                         (start + number, entry)
                         for number, entry in enumerate(entries)
@@ -269,7 +268,7 @@ class Journals:
         for journal, path in enumerate(self.paths):
             start = self._first[journal]
             for chunk in journal_chunks(path, self._since[journal]):
-                entries: Sequence[JournalLine | None] = decode_each(_LINE, chunk)
+                entries: Sequence[JournalLine | None] = decode_each(JOURNAL_LINE, chunk)
                 yield journal, start, entries
                 start += len(entries)
 

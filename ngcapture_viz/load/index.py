@@ -24,7 +24,6 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from operator import attrgetter
 from pathlib import Path
 from stat import S_ISREG
 from typing import Final
@@ -37,9 +36,7 @@ from ngcapture_viz.frames.gaps import GAPS
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS
 from ngcapture_viz.load._index_files import (
     FILE_SCHEMA,
-    ORDER,
     IndexTables,
-    in_order,
     read_tables,
     write_delta,
     write_tables,
@@ -47,6 +44,7 @@ from ngcapture_viz.load._index_files import (
 from ngcapture_viz.load._journal import Journals
 from ngcapture_viz.load._journal_files import journal_marks
 from ngcapture_viz.load._listing import DirListing
+from ngcapture_viz.load._merge import merge_tables
 from ngcapture_viz.load._plan import plan_refresh
 from ngcapture_viz.load._progress import progress_bar
 from ngcapture_viz.load._scan import FileTask, ScanResult, scan_files
@@ -264,68 +262,12 @@ class CaptureIndex:
 
     def _merge(self, old: IndexTables | None, keep: set[str], result: ScanResult) -> None:
         """Kept rows (before each kept file's ``consumed``) + freshly parsed rows."""
-        names = FILE_SCHEMA.names()
-        columns = zip(*map(attrgetter(*names), result.states), strict=True)  # in C
-        fresh_states = pl.DataFrame(
-            dict(zip(names, columns, strict=True)) if result.states else None,
-            schema=FILE_SCHEMA,
-        )
-        fresh = (
-            _relative(result.calls, self.root),
-            result.tool_calls,
-            _relative(result.damaged, self.root),
-        )
+        merged = merge_tables(self.root, old, keep, result)
         self.unreadable = result.unreadable
-        if old is not None and self._appends_only(old, keep, result, fresh_states):
-            # Every old row stays: the new rows are a delta on top of the saved generation.
-            self._delta = IndexTables(fresh_states, *fresh)
-            touched = fresh_states["name"].implode()
-            self.files = pl.concat(
-                [old.files.filter(~pl.col("name").is_in(touched)), fresh_states]
-            ).sort("name")
-            self.calls = in_order(old.calls, fresh[0], ORDER["calls"])
-            self.tool_calls = in_order(old.tool_calls, fresh[1], ORDER["tool_calls"])
-            self.damaged = pl.concat([old.damaged, fresh[2]])
-            return
-        if old is None or not keep:
-            kept_files = pl.DataFrame(schema=FILE_SCHEMA)
-            kept = (CALLS.empty(), TOOL_CALLS.empty(), GAPS.empty())
-        else:
-            kept_files = old.files.filter(pl.col("name").is_in(list(keep)))
-            boundary = kept_files.select("name", "consumed")
-            kept = (
-                _keep_rows(old.calls, boundary, "byte_offset"),
-                _keep_tool_rows(old.tool_calls, old.calls, boundary),
-                _keep_rows(old.damaged, boundary, "byte_offset"),
-            )
-            kept_files = kept_files.filter(~pl.col("name").is_in([s.name for s in result.states]))
-        self.files = pl.concat([kept_files, fresh_states]).sort("name")
-        # In the frames' order: a warm open then only checks it (``_assemble._sorted``).
-        self.calls = pl.concat([kept[0], fresh[0]]).sort("rollout_id", "call_index")
-        self.tool_calls = pl.concat([kept[1], fresh[1]]).sort(
-            "rollout_id", "call_index", "tool_index"
-        )
-        self.damaged = pl.concat([kept[2], fresh[2]]).sort("path", "call_index")
-
-    def _appends_only(
-        self, old: IndexTables, keep: set[str], result: ScanResult, fresh: pl.DataFrame
-    ) -> bool:
-        """Whether this refresh only appended to kept files and added new ones, leaving every
-        old row in place (a torn tail read before, now completed, is an old row that goes)."""
-        if result.unreadable or len(keep) != old.files.height:
-            return False
-        appended = old.files.join(fresh.select("name"), on="name", how="semi").select(
-            pl.col("name").alias("path"), "consumed"
-        )
-        if appended.height == 0:
-            return True
-        for table in (old.calls, old.damaged):
-            beyond = table.join(appended, on="path", how="inner").filter(
-                pl.col("byte_offset") >= pl.col("consumed")
-            )
-            if beyond.height:
-                return False
-        return True
+        self.files, self.calls = merged.files, merged.calls
+        self.tool_calls, self.damaged = merged.tool_calls, merged.damaged
+        if merged.delta is not None:
+            self._delta = merged.delta
 
     # -- persistence ----------------------------------------------------------------------
 
@@ -391,22 +333,3 @@ def _empty_delta() -> IndexTables:
 def _same_states(before: pl.DataFrame, after: pl.DataFrame) -> bool:
     """Equal file states, ignoring when they were taken (keeping the older time is safe)."""
     return before.drop("scanned_ns").equals(after.drop("scanned_ns"))
-
-
-def _relative(frame: pl.DataFrame, root: Path) -> pl.DataFrame:
-    prefix = str(root) + os.sep
-    return frame.with_columns(pl.col("path").str.strip_prefix(prefix))
-
-
-def _keep_rows(frame: pl.DataFrame, boundary: pl.DataFrame, column: str) -> pl.DataFrame:
-    """Rows of kept files that lie before the file's ``consumed`` offset."""
-    joined = frame.join(boundary, left_on="path", right_on="name", how="inner")
-    return joined.filter(pl.col(column) < pl.col("consumed")).drop("consumed")
-
-
-def _keep_tool_rows(
-    tools: pl.DataFrame, calls: pl.DataFrame, boundary: pl.DataFrame
-) -> pl.DataFrame:
-    """Tool rows whose call is kept."""
-    kept_calls = _keep_rows(calls, boundary, "byte_offset").select("rollout_id", "call_index")
-    return tools.join(kept_calls, on=["rollout_id", "call_index"], how="semi")

@@ -99,22 +99,6 @@ def test_the_server_compacts_its_journal_as_it_grows_and_when_it_stops(tmp_path:
         assert_frame_equal(getattr(from_segments, name), getattr(from_lines, name))
 
 
-def test_a_server_told_never_to_compact_writes_no_segment(tmp_path: Path) -> None:
-    root = tmp_path / "calls"
-    env = {"NGCAPTURE_JOURNAL_SEGMENT_BYTES": "0"}
-    with run_worker(seed=6) as worker, run_capture_server(worker.url, root, env=env) as server:
-        with httpx.Client(timeout=30) as client:
-            for _ in range(12):
-                answer = client.post(
-                    f"{server.url}/ng-rollout/r-1/v1/chat/completions", json=request_body("chat")
-                )
-                assert answer.status_code == 200
-        assert server.stop() == 0
-    time.sleep(0.5)
-    assert list((root / JOURNAL_DIR).glob("*.jsonl"))
-    assert not list((root / JOURNAL_DIR).glob(f"*{SEGMENT_SUFFIX}"))
-
-
 def test_the_compactor_imports_nothing_from_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -145,28 +129,58 @@ def test_the_compactor_imports_nothing_from_the_working_directory(
     assert _covered(journal.path) == size
 
 
-def test_a_running_compaction_is_not_polled_at_every_call(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    class Running:
-        """A compaction process that never ends (it counts how often it is asked)."""
+class _Running:
+    """A compaction process that never ends (it counts how often it is asked)."""
 
-        polls = 0
+    polls = 0
 
-        def poll(self) -> int | None:
-            Running.polls += 1
-            return None
+    def poll(self) -> int | None:
+        _Running.polls += 1
+        return None
 
-    monkeypatch.setattr(facts_journal, "_start_compactor", lambda path: Running())
-    journal = facts_journal.FactsJournal(tmp_path, "t", segment_bytes=80_000)
+
+def _journal_of(root: Path, *, segment_bytes: int, entries: int) -> facts_journal.FactsJournal:
+    """A journal of ``entries`` entries of ~750 bytes, noted then closed, its compaction
+    processes replaced by ``_Running`` (``journal.compactions`` counts the starts)."""
+    journal = facts_journal.FactsJournal(root, "t", segment_bytes=segment_bytes)
     line = {"model_call_id": "c" * 32, "dialect": "chat",
             FACTS_KEY: {"v": FACTS_VERSION, "reasoning_content": "r" * 600}}  # fmt: skip
     at = Appended(11, False, 0, 11, 5, 7, 10, 0, 4)
-    for _ in range(400):  # ~300 KB: one run started at 80 KB, then one running
+    for _ in range(entries):
         journal.note("a.capture.jsonl", at, line)
     journal.close()
+    return journal
+
+
+@pytest.fixture
+def running(monkeypatch: pytest.MonkeyPatch) -> type[_Running]:
+    _Running.polls = 0
+    monkeypatch.setattr(facts_journal, "_start_compactor", lambda path: _Running())
+    return _Running
+
+
+def test_a_running_compaction_is_not_polled_at_every_call(
+    tmp_path: Path, running: type[_Running]
+) -> None:
+    # ~300 KB: one run started at 80 KB, then one running.
+    journal = _journal_of(tmp_path, segment_bytes=80_000, entries=400)
     assert journal.path.stat().st_size > 250_000
     # Looked at every tenth of the interval (10 KB), not at each of the ~290 later entries;
     # and the last run, when the journal closes, started although one runs.
     assert journal.compactions == 2
-    assert 10 <= Running.polls <= 40
+    assert 10 <= running.polls <= 40
+
+
+@pytest.mark.parametrize(
+    ("segment_bytes", "started"),
+    [(0, 0), (facts_journal.SEGMENT_BYTES, 1)],
+    ids=["never", "the server's default"],
+)
+def test_a_journal_past_1_mib_is_compacted_when_it_closes_unless_told_never(
+    tmp_path: Path, running: type[_Running], segment_bytes: int, started: int
+) -> None:
+    # ~1.1 MiB: under the default interval (no run while the server serves), over the 1 MiB
+    # that makes a stopping server compact; 0 means never, at close too.
+    journal = _journal_of(tmp_path, segment_bytes=segment_bytes, entries=1_500)
+    assert journal.path.stat().st_size > facts_journal.CLOSE_SEGMENT_BYTES
+    assert journal.compactions == started

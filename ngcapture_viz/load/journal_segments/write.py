@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 
 from capture_core.facts_journal import JOURNAL_DIR, JOURNAL_SUFFIX
-from ngcapture_viz.load._facts_rows import FACT_COLUMNS, TOOL_FIELDS, columns_of
+from ngcapture_viz.load._facts_rows import FACT_COLUMNS, TOOL_FIELDS, FlatTools, columns_of
 from ngcapture_viz.load._journal_files import chunks_from, decode_each
 from ngcapture_viz.load._line_types import JOURNAL_LINE, JournalLine, _Facts, _Tool
 from ngcapture_viz.load.journal_segments.chain import (
@@ -136,19 +136,13 @@ def _tool_lists(per_row: Sequence[list[_Tool]]) -> pl.Series:
     """The tool calls of each row as a ``List(Struct)`` column (an empty list for none): the
     flat tool calls, gathered back into their rows by Polars (a list per row built in Python
     is slow)."""
-    counts = np.fromiter(map(len, per_row), dtype=np.int64, count=len(per_row))
-    tool = columns_of([tool for tools in per_row for tool in tools], _Tool)
+    tools = FlatTools(per_row)
+    tool = tools.fields()
     fields = TOOL_TYPE.to_schema()
-    flat = pl.DataFrame(
-        {
-            "row": np.repeat(np.arange(len(per_row), dtype=np.int64), counts),
-            **{name: pl.Series(values=tool[name], dtype=fields[name]) for name in TOOL_FIELDS},
-        }
-    ).select("row", pl.struct(*TOOL_TYPE.to_schema()).alias("tool"))
-    grouped = flat.group_by("row", maintain_order=True).agg("tool")
-    every = pl.DataFrame({"row": pl.int_range(len(per_row), eager=True, dtype=pl.Int64)})
-    joined = every.join(grouped, on="row", how="left", maintain_order="left")
-    return joined["tool"].fill_null([]).cast(pl.List(TOOL_TYPE)).alias("tool_calls")
+    structs = pl.DataFrame(
+        {name: pl.Series(values=tool[name], dtype=fields[name]) for name in TOOL_FIELDS}
+    ).select(pl.struct(*fields).alias("tool"))["tool"]
+    return tools.per_row(structs).cast(pl.List(TOOL_TYPE)).alias("tool_calls")
 
 
 def _write(frame: pl.DataFrame, path: str, mode: int) -> None:
