@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # the public names and where they live; read by _lazy_names()
         token_stats,
     )
     from capture_core.exceptions import (
+        AppenderError,
         CaptureDirNotFoundError,
         CaptureError,
         CaptureStoreError,
@@ -155,6 +156,7 @@ __all__ = [
     "TRAJECTORY_KEY",
     "AgentInvocation",
     "AgentObservationBundle",
+    "AppenderError",
     "CaptureDirNotFoundError",
     "CaptureError",
     "CaptureRead",

@@ -13,7 +13,7 @@ import contextlib
 import errno
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +22,7 @@ from typing import Final, NamedTuple
 __all__ = [
     "Appended",
     "LockedFd",
+    "PendingAppend",
     "append_line",
     "fsync_dir",
     "locked_fd",
@@ -29,6 +30,7 @@ __all__ = [
     "read_locked",
     "unlink_if_present",
     "write_all",
+    "write_lines",
 ]
 
 _MAX_REOPENS: Final = 64
@@ -88,8 +90,10 @@ def locked_fd(
             os.close(held.fd)
 
 
-def _open_current(path: str, flags: int, *, exclusive: bool, create: bool) -> LockedFd | None:
-    lock = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+def _open_current(
+    path: str, flags: int, *, exclusive: bool, create: bool, wait: bool = True
+) -> LockedFd | None:
+    lock = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | (0 if wait else fcntl.LOCK_NB)
     for _ in range(_MAX_REOPENS):
         opened = _open(path, flags, create=create)
         if opened is None:
@@ -148,6 +152,109 @@ class Appended(NamedTuple):
     mtime_before_ns: int = 0
 
 
+class PendingAppend:
+    """Lines written to one capture file, not yet durable: the file stays locked until
+    :meth:`commit` (or :meth:`abort`), so no other writer's line lands among them.
+
+    Writing several files' lines first and committing them after lets one journal commit of
+    the file system carry them all: the first ``fsync`` pays for the others (group commit).
+    """
+
+    __slots__ = ("_held", "_lines")
+
+    def __init__(self, held: LockedFd, lines: list[tuple[int, int, int]]) -> None:
+        self._held = held
+        self._lines = lines  # (offset, length without newline, bytes written) per line
+
+    def commit(self) -> list[Appended]:
+        """``fsync`` the file and release it; where each line landed, in order.
+
+        Raises:
+            OSError: the ``fsync`` failed; every line of this batch is cut off again (the file
+                ends where it did before).
+        """
+        held = self._held
+        try:
+            os.fsync(held.fd)
+            after = os.fstat(held.fd)
+        except OSError:
+            self._cut()
+            raise
+        finally:
+            self._release()
+        # Each line's entry says how it left the file and how the one before left it, so a
+        # reader can chain them; the last one is the file as this lock leaves it.
+        appended: list[Appended] = []
+        size_before, mtime_before = held.size, held.mtime_ns
+        last = len(self._lines) - 1
+        for index, (offset, length, written) in enumerate(self._lines):
+            size = after.st_size if index == last else offset + length + 1
+            appended.append(Appended(
+                written, held.created and index == 0, offset, size, after.st_mtime_ns,
+                after.st_ino, length, size_before, mtime_before,
+            ))  # fmt: skip
+            size_before, mtime_before = size, after.st_mtime_ns
+        return appended
+
+    def abort(self) -> None:
+        """Cut the lines off again and release the file (they are reported as not written)."""
+        try:
+            self._cut()
+        finally:
+            self._release()
+
+    def _cut(self) -> None:
+        # We still hold the lock, so every byte past ``size`` is ours. If the cut fails too,
+        # the original error is what matters; a torn line reads as damaged.
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._held.fd, self._held.size)
+
+    def _release(self) -> None:
+        try:  # unlock explicitly: a process forked meanwhile may share the descriptor
+            fcntl.flock(self._held.fd, fcntl.LOCK_UN)
+        finally:
+            os.close(self._held.fd)
+
+
+def write_lines(
+    path: str | os.PathLike[str], lines: Sequence[bytes], *, wait: bool = True
+) -> PendingAppend:
+    """Append ``lines`` (each ending in a newline) to ``path`` under its exclusive lock,
+    without ``fsync``: :meth:`PendingAppend.commit` makes them durable and releases the file.
+
+    If the file ends without a newline (a writer died mid-line), a newline is written first so
+    the torn line is closed and the new lines stay readable.
+
+    Args:
+        path: the capture file (created when missing).
+        lines: the encoded lines.
+        wait: wait for the lock; ``False`` raises ``BlockingIOError`` when another holds it.
+
+    Raises:
+        OSError: the file could not be opened, locked or written (nothing of ``lines`` stays).
+    """
+    flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW  # read: the last byte
+    held = _open_current(os.fspath(path), flags, exclusive=True, create=True, wait=wait)
+    if held is None:  # cannot happen with create=True; keeps the type narrow
+        raise FileNotFoundError(errno.ENOENT, "capture file vanished", os.fspath(path))
+    written: list[tuple[int, int, int]] = []
+    pending = PendingAppend(held, written)
+    try:
+        size = held.size
+        closes_torn = bool(size) and os.pread(held.fd, 1, size - 1) != b"\n"
+        for line in lines:
+            data = b"\n" + line if closes_torn else line
+            start = size + len(data) - len(line)
+            closes_torn = False
+            write_all(held.fd, data)
+            size += len(data)
+            written.append((start, size - start - 1, len(data)))
+    except BaseException:
+        pending.abort()
+        raise
+    return pending
+
+
 def append_line(path: str | os.PathLike[str], line: bytes) -> Appended:
     """Append ``line`` to ``path`` under its exclusive lock and fsync it.
 
@@ -163,29 +270,7 @@ def append_line(path: str | os.PathLike[str], line: bytes) -> Appended:
         >>> append_line(Path("/tmp/x.capture.jsonl"), b'{"a": 1}\\n')[:3]  # doctest: +SKIP
         (9, True, 0)
     """
-    flags = os.O_RDWR | os.O_APPEND  # read access to look at the last byte
-    with locked_fd(path, flags, exclusive=True, create=True) as held:
-        if held is None:  # cannot happen with create=True; keeps the type narrow
-            raise FileNotFoundError(errno.ENOENT, "capture file vanished", os.fspath(path))
-        size = held.size
-        offset = size
-        if size and os.pread(held.fd, 1, size - 1) != b"\n":
-            line = b"\n" + line
-            offset += 1
-        try:
-            write_all(held.fd, line)
-            os.fsync(held.fd)
-            after = os.fstat(held.fd)
-        except OSError:
-            # We still hold the lock, so every byte past ``size`` is ours. If the cut fails
-            # too, the original error is what matters; a torn line reads as damaged.
-            with contextlib.suppress(OSError):
-                os.ftruncate(held.fd, size)
-            raise
-        return Appended(
-            len(line), held.created, offset, after.st_size, after.st_mtime_ns, after.st_ino,
-            len(line) - (offset - size) - 1, size, held.mtime_ns,
-        )  # fmt: skip
+    return write_lines(path, (line,)).commit()[0]
 
 
 def read_locked(path: str | os.PathLike[str]) -> bytes | None:
@@ -232,7 +317,7 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
     """Make the entries of ``directory`` (created or removed files) durable.
 
     Example:

@@ -9,6 +9,7 @@ carries the context a caller needs to act on it::
     ├── RolloutRetiredError                          .rollout_id
     ├── RequestRefusedError                          .status, .reason
     └── CaptureStoreError                            .path
+        ├── AppenderError                            .path
         ├── CaptureDirNotFoundError (also a FileNotFoundError)  .path
         ├── LineEncodingError                        .path
         └── DamagedLineError                         .path, .line_number, .call_index, .reason
@@ -36,6 +37,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 __all__ = [
+    "AppenderError",
     "CaptureDirNotFoundError",
     "CaptureError",
     "CaptureStoreError",
@@ -118,6 +120,15 @@ class CaptureStoreError(CaptureError):
     def __init__(self, message: str, *, path: Path) -> None:
         self.path = path
         super().__init__(f"{message} ({path})")
+
+
+class AppenderError(CaptureStoreError):
+    """The capture server's appender process did not append a line: it said why (an
+    ``OSError`` as the cause), or it went away before saying.
+
+    Attributes:
+        path: the capture file the line was meant for.
+    """
 
 
 class CaptureDirNotFoundError(CaptureStoreError, FileNotFoundError):

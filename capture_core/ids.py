@@ -16,9 +16,11 @@ from typing import Final, TypeGuard
 from capture_core.exceptions import InvalidRolloutIdError
 
 __all__ = [
+    "DATA_SUFFIX",
     "MAX_ROLLOUT_ID_LENGTH",
     "ROLLOUT_ID_PATTERN",
     "RolloutIdParts",
+    "is_capture_file_name",
     "is_valid_rollout_id",
     "make_rollout_id",
     "rollout_id_from_body",
@@ -27,6 +29,8 @@ __all__ = [
     "with_attempt",
 ]
 
+#: A rollout's capture file is ``<rollout id>`` followed by this, in the capture directory.
+DATA_SUFFIX: Final = ".capture.jsonl"
 MAX_ROLLOUT_ID_LENGTH: Final = 200
 ROLLOUT_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 RULE: Final = (
@@ -56,6 +60,16 @@ def is_valid_rollout_id(value: object) -> TypeGuard[str]:
         and ROLLOUT_ID_PATTERN.fullmatch(value) is not None
         and ".." not in value
     )
+
+
+def is_capture_file_name(name: str) -> bool:
+    """Tell whether ``name`` is a capture file's name: a valid rollout id and :data:`DATA_SUFFIX`.
+
+    Example:
+        >>> is_capture_file_name("3-2.capture.jsonl"), is_capture_file_name("../3-2.capture.jsonl")
+        (True, False)
+    """
+    return name.endswith(DATA_SUFFIX) and is_valid_rollout_id(name[: -len(DATA_SUFFIX)])
 
 
 def validate_rollout_id(value: object) -> str:

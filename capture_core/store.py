@@ -49,7 +49,12 @@ from capture_core.exceptions import (
     InvalidRecordError,
     LineEncodingError,
 )
-from capture_core.ids import is_valid_rollout_id, validate_rollout_id
+from capture_core.ids import (
+    DATA_SUFFIX,
+    is_capture_file_name,
+    is_valid_rollout_id,
+    validate_rollout_id,
+)
 from capture_core.normalize import normalize_line
 from capture_core.records import CaptureRecords, DamagedLine, ModelCallRecord, RawCaptureLine
 
@@ -64,7 +69,6 @@ __all__ = [
     "paused_gc",
 ]
 
-DATA_SUFFIX: Final = ".capture.jsonl"
 MARKER_SUFFIX: Final = ".capture.incomplete"
 #: Folders of earlier capture moved aside by ``ngcapture collect --overwrite`` (not rollouts).
 ARCHIVE_PREFIX: Final = "overwritten-"
@@ -189,9 +193,36 @@ class CaptureStore:
             >>> store.append("3-2", {"model_call_id": "c2", "dialect": "chat"}).offset
             41
         """
+        name, payload = self.encode(rollout_id, line)
+        return self.append_encoded(name, payload)
+
+    def encode(
+        self, rollout_id: str, line: RawCaptureLine | Mapping[str, Any]
+    ) -> tuple[str, bytes]:
+        """The name of the file ``line`` goes to and the line encoded as :meth:`append` writes
+        it (newline included); nothing is written.
+
+        Raises:
+            InvalidRolloutIdError: the rollout id is invalid.
+            LineEncodingError: the line is not one line of JSON.
+
+        Example:
+            >>> store.encode("3-2", {"model_call_id": "c2"})
+            ('3-2.capture.jsonl', b'{"model_call_id":"c2"}\\n')
+        """
+        name = f"{validate_rollout_id(rollout_id)}{DATA_SUFFIX}"
+        return name, _serialize(line, f"{self._root_text}/{name}")
+
+    def append_encoded(self, name: str, payload: bytes) -> Appended:
+        """Append a line :meth:`encode` made to the file it named (see :meth:`append`).
+
+        Raises:
+            CaptureStoreError: the line could not be appended (nothing of it stays).
+        """
         # A plain string path: building a Path costs more than the system calls it names.
-        path = f"{self._root_text}/{validate_rollout_id(rollout_id)}{DATA_SUFFIX}"
-        payload = _serialize(line, path)
+        path = f"{self._root_text}/{name}"
+        if not is_capture_file_name(name):
+            raise CaptureStoreError(f"not a capture file name: {name!r}", path=self._root)
         try:
             appended = append_line(path, payload)
             if appended.created:

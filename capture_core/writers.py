@@ -13,7 +13,8 @@ When a capture server starts it registers in the directory:
 - ``.pending/<token>.slots``: the marks of its calls in flight, one fixed slot each (see
   :mod:`capture_core.pending`), written with one ``pwrite`` per mark and per unmark.
 - ``.facts/<token>.jsonl``: the facts journal (:mod:`capture_core.facts_journal`), one entry
-  per captured line, which lets readers build rows without reading the lines' bodies.
+  per captured line, which lets readers build rows without reading the lines' bodies (written
+  by the capture server's appender process, :mod:`capture_core.appender`).
 
 One spare descriptor is kept open too: when an append fails for want of descriptors, it is
 closed to make room for one more try.
@@ -92,6 +93,9 @@ class CaptureWriter:
     Args:
         root: the capture directory (it must exist).
         reserve_bytes: disk space reserved for the failure log.
+        segment_bytes: facts journal bytes between runs of ``ngcapture compact`` (0: never).
+        journal: keep the facts journal here; ``False`` when another process writes it (the
+            capture server's appender, which journals the lines it appends under this token).
 
     Raises:
         OSError: the registration files cannot be created.
@@ -102,7 +106,12 @@ class CaptureWriter:
     """
 
     def __init__(
-        self, root: Path, *, reserve_bytes: int = RESERVED_BYTES, segment_bytes: int = 0
+        self,
+        root: Path,
+        *,
+        reserve_bytes: int = RESERVED_BYTES,
+        segment_bytes: int = 0,
+        journal: bool = True,
     ) -> None:
         self.root = Path(root)
         self.token = uuid.uuid4().hex
@@ -136,7 +145,9 @@ class CaptureWriter:
         self._spare: int | None = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         self._spare_lock = threading.Lock()
         self._failure_lock = threading.Lock()
-        self.journal = FactsJournal(self.root, self.token, segment_bytes=segment_bytes)
+        self.journal = (
+            FactsJournal(self.root, self.token, segment_bytes=segment_bytes) if journal else None
+        )
 
     def _grow(self) -> None:
         """Add as many blank slots as there are (at least :data:`SLOTS_AT_START`)."""
@@ -190,8 +201,10 @@ class CaptureWriter:
                     self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
 
     def note_facts(self, rollout_file: str, appended: Appended, line: Mapping[str, Any]) -> None:
-        """Journal a line just appended to ``rollout_file`` (never raises)."""
-        self.journal.note(rollout_file, appended, line)
+        """Journal a line just appended to ``rollout_file`` (never raises; nothing without a
+        journal)."""
+        if self.journal is not None:
+            self.journal.note(rollout_file, appended, line)
 
     def record_failure(self, failure: CaptureFailure) -> None:
         """Append one failure to the log and make it durable.

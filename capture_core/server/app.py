@@ -15,7 +15,8 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from capture_core import __version__
-from capture_core.exceptions import RequestRefusedError
+from capture_core.appender import Appender
+from capture_core.exceptions import AppenderError, RequestRefusedError
 from capture_core.lineage import LineageStore
 from capture_core.server._asgi import send_whole
 from capture_core.server.control import CONTROL_PREFIX, control_app, load_control_token
@@ -42,7 +43,8 @@ limited = RateLimitedLogger(logger)
 METRICS_PATH = "/ngcapture/metrics"
 HEALTH_PATH = "/ngcapture/health"
 DRAIN_ON_SHUTDOWN_S = 30.0
-WRITER_THREADS = 16
+#: Threads for large lines (each waits on the process that writes it) and capture failures.
+WRITER_THREADS = 4
 _SUMMARIZED = ("calls_captured", "capture_failures", "requests_refused", "uncaptured_requests",
                "invalid_rollout_ids")  # fmt: skip
 _ALLOWED = ", ".join(sorted(FORWARDED_METHODS)).encode()
@@ -65,9 +67,11 @@ class CaptureApp:
         # The directory's id lets a collector check that it reads where this server writes.
         self.store_id = ensure_store_id(directory) if directory is not None else None
         # This process as a writer of the directory: live lock, failure log, marker directory.
-        self.writer = (
-            CaptureWriter(directory, segment_bytes=settings.journal_segment_bytes)
-            if directory is not None
+        self.writer = CaptureWriter(directory, journal=False) if directory is not None else None
+        # Lines are appended, made durable and journaled by a process of their own.
+        self.appender = (
+            Appender(directory, self.writer.token, segment_bytes=settings.journal_segment_bytes)
+            if directory is not None and self.writer is not None
             else None
         )
         self.executor = (
@@ -97,6 +101,7 @@ class CaptureApp:
             writer=self.writer,
             executor=self.executor,
             large_lines=self.large_lines,
+            appender=self.appender,
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -170,6 +175,11 @@ class CaptureApp:
                     self._summary = asyncio.ensure_future(
                         self._summarize(self.settings.summary_interval_s)
                     )
+                if self.appender is not None:
+                    try:  # now, so the first call does not wait for it
+                        await self.appender.start()
+                    except AppenderError as exc:  # the first call tries again, or records why
+                        logger.warning("%s", exc)
                 where = self.store.root if self.store else "off"
                 logger.info("capture server up; upstream %s; capture %s",
                             self.settings.upstream_url, where)  # fmt: skip
@@ -180,6 +190,8 @@ class CaptureApp:
                 left = await self.middleware.drain(DRAIN_ON_SHUTDOWN_S)
                 if left:
                     logger.warning("%d capture write(s) still running at shutdown", left)
+                if self.appender is not None:
+                    await self.appender.aclose()
                 await self.proxy.aclose()
                 if self.tokens is not None:  # issue 18 hook: a configured sink is closed
                     await self.tokens.aclose()

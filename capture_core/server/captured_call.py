@@ -6,12 +6,14 @@ the capture line is durable (or its write failed). A compressed stream is decode
 so its terminal event is recognised.
 
 The call is marked pending (one ``pwrite`` into this server's slots file, on the event loop)
-when it starts; its line is built and appended in one hand-off to a writer thread (a worker
-process for calls over :data:`LARGE_LINE_BYTES`), which also clears the mark and reports back
-through the write's future, so counters change on the loop only. If the request is cancelled
-(server stopping) the write still lands. When the line cannot be written, the failure goes to
-the process's failure log (opened at start-up, so it needs no new descriptor) and the rollout
-is marked incomplete.
+when it starts. When the call is over its line is built on the event loop and sent to the
+server's appender process (:mod:`capture_core.appender`), which appends it, makes it durable
+and answers; a middleware without an appender builds and appends it in one hand-off to a writer
+thread instead, and calls over :data:`LARGE_LINE_BYTES` go to a worker process (building their
+line would hold the GIL for a fifth of a second). The write's future clears the mark and
+counts the outcome, on the loop only. If the request is cancelled (server stopping) the write
+still lands. When the line cannot be written, the failure goes to the process's failure log
+(opened at start-up, so it needs no new descriptor) and the rollout is marked incomplete.
 """
 
 from __future__ import annotations
@@ -22,20 +24,21 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from starlette.types import Message, Receive, Scope, Send
 
 from capture_core._locking import os_reason
 from capture_core.dialects import TerminalDetector
 from capture_core.exceptions import CaptureError, CaptureStoreError, RequestRefusedError
+from capture_core.facts_journal import journal_fields
 from capture_core.outcome import classify_exception
 from capture_core.pending import mark_pending, unmark_pending
 from capture_core.records import CaptureFailure
 from capture_core.server.decoding import BodyDecoder, DecodeError, decoder_for
 from capture_core.server.errors import send_error
 from capture_core.server.exchange import Exchange
-from capture_core.server.large_lines import LARGE_LINE_BYTES, append_exchange
+from capture_core.server.large_lines import LARGE_LINE_BYTES, append_exchange, encode_exchange
 from capture_core.server.logs import RateLimitedLogger
 from capture_core.server.proxy import CLIENT_GONE_KEY, TRANSPORT_ERROR_KEY
 from capture_core.server.training import MODEL_CALL_ID_KEY
@@ -43,12 +46,15 @@ from capture_core.store import DATA_SUFFIX, CaptureStore
 from capture_core.writers import out_of_descriptors
 
 if TYPE_CHECKING:
+    from capture_core.appender import Appender
     from capture_core.server.middleware import CaptureMiddleware
 
 __all__ = ["CapturedCall", "new_call_id"]
 
 logger = logging.getLogger(__name__)
 limited = RateLimitedLogger(logger)
+
+T = TypeVar("T")
 
 _prefix = os.urandom(8).hex()
 _counter = itertools.count()
@@ -245,14 +251,32 @@ class CapturedCall:
         _guard(lambda: mark_pending(self.store.root, self.rollout_id, call_id), "mark it pending")
 
     def _start_write(self, failure: BaseException | None) -> asyncio.Future[int | None]:
-        threads = self.owner.executor
-        write = (
-            threads.run(self._write, failure)
-            if threads is not None
-            else asyncio.get_running_loop().run_in_executor(None, self._write, failure)
-        )
+        appender = self.owner.appender
+        write: asyncio.Future[int | None]
+        if appender is not None and self.exchange.size < LARGE_LINE_BYTES:
+            write = asyncio.ensure_future(self._send(appender, failure))
+        else:
+            write = self._in_thread(self._write, failure)
         write.add_done_callback(self._count)
         return write
+
+    def _in_thread(self, action: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        threads = self.owner.executor
+        if threads is not None:
+            return threads.run(action, *args)
+        return asyncio.get_running_loop().run_in_executor(None, action, *args)
+
+    async def _send(self, appender: Appender, failure: BaseException | None) -> int | None:
+        """Build the line and have the appender append it; the bytes written, or ``None`` when
+        it failed (logged and recorded, on a writer thread). Never raises."""
+        category = classify_exception(failure).value if failure is not None else None
+        exchange = self.exchange
+        try:
+            name, payload, line = encode_exchange(self.store, self.rollout_id, exchange, category)
+            return await appender.append(name, payload, _journal_fields(line))
+        except Exception as exc:
+            self.keep_mark = not await self._in_thread(self._failed, exc)
+            return None
 
     def _count(self, write: asyncio.Future[int | None]) -> None:
         """Count the write's outcome and clear the call's mark, on the event loop: counters and
@@ -340,6 +364,15 @@ class CapturedCall:
         for message in self.held:
             await send(message)
         self.held.clear()
+
+
+def _journal_fields(line: dict[str, Any]) -> bytes:
+    """What the line's facts journal entry repeats of it (empty: no entry; a line the journal
+    cannot encode is read from its bodies, like one without facts)."""
+    try:
+        return journal_fields(line) or b""
+    except (TypeError, ValueError):
+        return b""
 
 
 def _guard(action: Callable[[], object], what: str) -> bool:

@@ -25,22 +25,36 @@ from capture_core.exceptions import CaptureStoreError, LineEncodingError
 from capture_core.server.exchange import Exchange
 from capture_core.store import CaptureStore
 
-__all__ = ["LARGE_LINE_BYTES", "LargeLines", "append_exchange"]
+__all__ = ["LARGE_LINE_BYTES", "LargeLines", "append_exchange", "encode_exchange"]
 
 LARGE_LINE_BYTES: Final = 8 * 1024 * 1024
+
+
+def encode_exchange(
+    store: CaptureStore, rollout_id: str, exchange: Exchange, failure: str | None
+) -> tuple[str, bytes, dict[str, Any]]:
+    """The exchange's capture file name, its line encoded, and the line (a mapping); bodies
+    too deep to encode again are kept as raw text.
+
+    Raises:
+        InvalidRolloutIdError: the rollout id is invalid.
+        LineEncodingError: not even the raw-text line encodes.
+    """
+    line = exchange.line(failure)
+    try:
+        return *store.encode(rollout_id, line), line
+    except LineEncodingError:
+        line = exchange.line(failure, objects=False)
+        return *store.encode(rollout_id, line), line
 
 
 def append_exchange(
     store: CaptureStore, rollout_id: str, exchange: Exchange, failure: str | None
 ) -> tuple[Appended, dict[str, Any]]:
-    """Append the exchange's line; bodies too deep to encode again are kept as raw text.
-    Returns where it landed and the line as it was written (a mapping)."""
-    line = exchange.line(failure)
-    try:
-        return store.append(rollout_id, line), line
-    except LineEncodingError:
-        line = exchange.line(failure, objects=False)
-        return store.append(rollout_id, line), line
+    """Append the exchange's line (see :func:`encode_exchange`). Returns where it landed and
+    the line as it was written (a mapping)."""
+    name, payload, line = encode_exchange(store, rollout_id, exchange, failure)
+    return store.append_encoded(name, payload), line
 
 
 def _ignore_interrupts() -> None:

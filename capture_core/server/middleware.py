@@ -13,6 +13,7 @@ from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from capture_core.appender import Appender
 from capture_core.server.captured_call import CapturedCall
 from capture_core.server.counters import CaptureCounters
 from capture_core.server.errors import send_error
@@ -49,6 +50,8 @@ class CaptureMiddleware:
             executor).
         large_lines: where lines of calls over :data:`LARGE_LINE_BYTES` are built and written
             (another process); without it they are written like the others.
+        appender: the process the other lines are appended by (their lines are built on the
+            event loop); without it, they are built and appended on ``executor``.
     """
 
     def __init__(
@@ -61,6 +64,7 @@ class CaptureMiddleware:
         writer: CaptureWriter | None = None,
         executor: WriteThreads | None = None,
         large_lines: LargeLines | None = None,
+        appender: Appender | None = None,
     ) -> None:
         self.app = app
         self.store = store
@@ -73,6 +77,7 @@ class CaptureMiddleware:
         self.writer = writer
         self.executor = executor
         self.large_lines = large_lines
+        self.appender = appender
         self._detached: set[asyncio.Future[int | None]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -14,7 +14,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import ngcapture_viz as ngv
-from capture_core import CaptureStore, facts_journal
+from capture_core import CaptureStore, facts_journal, journal_file
 from capture_core._locking import Appended
 from capture_core.facts import FACTS_KEY, FACTS_VERSION
 from capture_core.facts_journal import JOURNAL_DIR
@@ -155,7 +155,7 @@ def _journal_of(root: Path, *, segment_bytes: int, entries: int) -> facts_journa
 @pytest.fixture
 def running(monkeypatch: pytest.MonkeyPatch) -> type[_Running]:
     _Running.polls = 0
-    monkeypatch.setattr(facts_journal, "_start_compactor", lambda path: _Running())
+    monkeypatch.setattr(journal_file, "_start_compactor", lambda path: _Running())
     return _Running
 
 

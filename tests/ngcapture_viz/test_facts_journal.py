@@ -424,7 +424,7 @@ def test_a_line_appended_without_the_lock_between_write_and_stat_gets_no_entry()
 
 
 def test_the_journal_never_fails_a_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from capture_core import facts_journal
+    from capture_core import facts_journal, journal_file
     from capture_core._locking import Appended
 
     line = {"model_call_id": "c", "dialect": "chat", FACTS_KEY: {"v": FACTS_VERSION}}
@@ -435,7 +435,7 @@ def test_the_journal_never_fails_a_call(tmp_path: Path, monkeypatch: pytest.Monk
     def refused(fd: int, data: bytes) -> int:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(facts_journal, "_write", refused)
+    monkeypatch.setattr(journal_file, "_write", refused)
     journal.note("a.capture.jsonl", at, line)
     calls = []
 
@@ -443,9 +443,9 @@ def test_the_journal_never_fails_a_call(tmp_path: Path, monkeypatch: pytest.Monk
         calls.append(data)
         return real_write(fd, data[:7] if len(calls) == 1 else data)
 
-    monkeypatch.setattr(facts_journal, "_write", short)
+    monkeypatch.setattr(journal_file, "_write", short)
     journal.note("a.capture.jsonl", at, line)  # cut short, then closed by a newline
-    monkeypatch.setattr(facts_journal, "_write", real_write)
+    monkeypatch.setattr(journal_file, "_write", real_write)
     journal.note("a.capture.jsonl", at, line)
     journal.close()
     journal.note("a.capture.jsonl", at, line)  # after close: nothing, no error

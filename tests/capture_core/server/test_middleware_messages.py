@@ -164,7 +164,7 @@ def test_capture_failure_never_fails_the_request(
     def broken(*args: object, **kwargs: object) -> int:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(store, "append", broken)  # what the server appends with
+    monkeypatch.setattr(store, "append_encoded", broken)  # what the server appends with
     chunks = split_events(messages_stream(Answer()))
     middleware = make(sse_app(chunks), store)
     sent: list[Message] = []
@@ -180,15 +180,15 @@ def test_a_write_in_flight_is_visible_to_other_processes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = CaptureStore(tmp_path)
-    original = store.append
+    original = store.append_encoded
     entered, release = threading.Event(), threading.Event()
 
-    def slow(rollout_id: str, line: Any) -> Any:
+    def slow(name: str, payload: bytes) -> Any:
         entered.set()
         assert release.wait(30)
-        return original(rollout_id, line)
+        return original(name, payload)
 
-    monkeypatch.setattr(store, "append", slow)
+    monkeypatch.setattr(store, "append_encoded", slow)
     middleware = make(sse_app(split_events(messages_stream(Answer()))), store)
 
     async def scenario() -> list[str]:
@@ -321,7 +321,7 @@ def test_a_lost_call_keeps_its_mark_when_nothing_else_can_say_so(
         root = tmp_path / f"log-{log_works}"
         store = CaptureStore(root, create=True)
         writer = CaptureWriter(root)
-        monkeypatch.setattr(store, "append", broken)
+        monkeypatch.setattr(store, "append_encoded", broken)
         monkeypatch.setattr(store, "mark_incomplete", broken)
         if not log_works:
             monkeypatch.setattr(writer, "record_failure", broken)
