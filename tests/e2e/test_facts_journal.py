@@ -7,6 +7,7 @@ rows its lines give (issue 19).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from dataclasses import astuple, replace
@@ -95,3 +96,32 @@ def test_a_file_appended_to_by_hand_is_read_from_its_lines(
     later = time.time_ns() + 60 * 1_000_000_000
     mine = _scan.scan_files([_scan.FileTask(str(path), path.name, rollout_id, scan_ns=later)])
     assert "journal" not in mine.decoded and mine.calls.height == 2
+
+
+def test_lines_appended_together_are_journaled_so_a_reader_needs_nothing_else(
+    stack: Stack, rollout_id: str
+) -> None:
+    """64 calls in flight over 4 rollouts: the appender writes several lines of a file under
+    one lock and fsync; their entries still chain, and each file reads from the journal."""
+    ids = [f"{rollout_id}-{index}" for index in range(4)]
+    body = request_body("chat")
+
+    async def calls() -> list[int]:
+        async with httpx.AsyncClient(timeout=60) as client:
+            answers = await asyncio.gather(*(
+                client.post(f"{stack.base(ids[index % 4])}/chat/completions", json=body)
+                for index in range(64)
+            ))  # fmt: skip
+        return [answer.status_code for answer in answers]
+
+    assert asyncio.run(calls()) == [200] * 64
+    later = time.time_ns() + 60 * 1_000_000_000
+    for rid in ids:
+        path = stack.store.path_for(rid)
+        lines = path.read_bytes().splitlines()
+        assert len(lines) == 16
+        mine = _scan.scan_files([_scan.FileTask(str(path), path.name, rid, scan_ns=later)])
+        assert mine.decoded == {"facts": 0, "bodies": 0, "exact": 0, "journal": 16}
+        theirs = reference.scan_files([reference.FileTask(str(path), path.name, rid,
+                                                          scan_ns=later)])  # fmt: skip
+        assert_frame_equal(mine.calls, theirs.calls, check_exact=True)
