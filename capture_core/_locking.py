@@ -154,73 +154,100 @@ class Appended(NamedTuple):
 
 class PendingAppend:
     """Lines written to one capture file, not yet durable: the file stays locked until
-    :meth:`commit` (or :meth:`abort`), so no other writer's line lands among them.
+    :meth:`release` (or :meth:`abort`), so no other writer's line lands among them.
 
-    Writing several files' lines first and committing them after lets one journal commit of
-    the file system carry them all: the first ``fsync`` pays for the others (group commit).
+    Writing several files' lines first and syncing them after lets one journal commit of the
+    file system carry them all: the first ``fsync`` pays for the others (group commit). A
+    file's lock is kept until everything its lines need is durable (the directory too, for a
+    new file), so nobody can report a line of it durable any earlier.
     """
 
-    __slots__ = ("_held", "_lines")
+    __slots__ = ("_held", "_lines", "_released")
 
-    def __init__(self, held: LockedFd, lines: list[tuple[int, int, int]]) -> None:
+    def __init__(self, held: LockedFd, lines: list[tuple[int, int, int, int]]) -> None:
         self._held = held
-        self._lines = lines  # (offset, length without newline, bytes written) per line
+        # (line offset, length without newline, bytes written, file size before the write)
+        self._lines = lines
+        self._released = False
 
-    def commit(self) -> list[Appended]:
-        """``fsync`` the file and release it; where each line landed, in order.
+    @property
+    def empty_before(self) -> bool:
+        """The file was created by this append, or found empty (its creator may have died
+        before its name was made durable)."""
+        return self._held.created or self._held.size == 0
+
+    def sync(self) -> list[Appended]:
+        """``fsync`` the file (it stays locked); where each line landed, in order.
 
         Raises:
             OSError: the ``fsync`` failed; every line of this batch is cut off again (the file
-                ends where it did before).
+                ends where it did before) and the file is released.
         """
         held = self._held
         try:
             os.fsync(held.fd)
             after = os.fstat(held.fd)
         except OSError:
-            self._cut()
+            self.abort()
             raise
-        finally:
-            self._release()
-        # Each line's entry says how it left the file and how the one before left it, so a
-        # reader can chain them; the last one is the file as this lock leaves it.
+        # Each line's entry says how it left the file and how the file was when it began, so
+        # a reader can chain them; the last one is the file as this lock leaves it. Offsets
+        # are where the writes went (``O_APPEND``), so a writer that takes no lock and wrote
+        # between two of them breaks the chain instead of going unseen.
         appended: list[Appended] = []
-        size_before, mtime_before = held.size, held.mtime_ns
+        mtime_before = held.mtime_ns
         last = len(self._lines) - 1
-        for index, (offset, length, written) in enumerate(self._lines):
+        for index, (offset, length, written, size_before) in enumerate(self._lines):
             size = after.st_size if index == last else offset + length + 1
             appended.append(Appended(
                 written, held.created and index == 0, offset, size, after.st_mtime_ns,
                 after.st_ino, length, size_before, mtime_before,
             ))  # fmt: skip
-            size_before, mtime_before = size, after.st_mtime_ns
+            mtime_before = after.st_mtime_ns
+        return appended
+
+    def commit(self) -> list[Appended]:
+        """:meth:`sync`, then :meth:`release`.
+
+        Raises:
+            OSError: as :meth:`sync`.
+        """
+        appended = self.sync()
+        self.release()
         return appended
 
     def abort(self) -> None:
         """Cut the lines off again and release the file (they are reported as not written)."""
+        if self._released:
+            return
         try:
-            self._cut()
+            # We still hold the lock, so every byte past ``size`` is ours. If the cut fails
+            # too, the original error is what matters; a torn line reads as damaged.
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._held.fd, self._held.size)
         finally:
-            self._release()
+            self.release()
 
-    def _cut(self) -> None:
-        # We still hold the lock, so every byte past ``size`` is ours. If the cut fails too,
-        # the original error is what matters; a torn line reads as damaged.
-        with contextlib.suppress(OSError):
-            os.ftruncate(self._held.fd, self._held.size)
-
-    def _release(self) -> None:
+    def release(self) -> None:
+        """Unlock and close the file (idempotent; never raises: what was synced stays so, and
+        closing the descriptor drops the lock whatever ``LOCK_UN`` said)."""
+        if self._released:
+            return
+        self._released = True
         try:  # unlock explicitly: a process forked meanwhile may share the descriptor
-            fcntl.flock(self._held.fd, fcntl.LOCK_UN)
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._held.fd, fcntl.LOCK_UN)
         finally:
-            os.close(self._held.fd)
+            with contextlib.suppress(OSError):
+                os.close(self._held.fd)
 
 
 def write_lines(
     path: str | os.PathLike[str], lines: Sequence[bytes], *, wait: bool = True
 ) -> PendingAppend:
     """Append ``lines`` (each ending in a newline) to ``path`` under its exclusive lock,
-    without ``fsync``: :meth:`PendingAppend.commit` makes them durable and releases the file.
+    without ``fsync``: :meth:`PendingAppend.sync` makes them durable, and the file stays locked
+    until :meth:`PendingAppend.release`.
 
     If the file ends without a newline (a writer died mid-line), a newline is written first so
     the torn line is closed and the new lines stay readable.
@@ -237,18 +264,17 @@ def write_lines(
     held = _open_current(os.fspath(path), flags, exclusive=True, create=True, wait=wait)
     if held is None:  # cannot happen with create=True; keeps the type narrow
         raise FileNotFoundError(errno.ENOENT, "capture file vanished", os.fspath(path))
-    written: list[tuple[int, int, int]] = []
+    written: list[tuple[int, int, int, int]] = []
     pending = PendingAppend(held, written)
     try:
-        size = held.size
-        closes_torn = bool(size) and os.pread(held.fd, 1, size - 1) != b"\n"
+        closes_torn = bool(held.size) and os.pread(held.fd, 1, held.size - 1) != b"\n"
         for line in lines:
             data = b"\n" + line if closes_torn else line
-            start = size + len(data) - len(line)
             closes_torn = False
             write_all(held.fd, data)
-            size += len(data)
-            written.append((start, size - start - 1, len(data)))
+            end = os.lseek(held.fd, 0, os.SEEK_CUR)  # where O_APPEND put it
+            before = end - len(data)
+            written.append((end - len(line), len(line) - 1, len(data), before))
     except BaseException:
         pending.abort()
         raise

@@ -87,7 +87,7 @@ class JournalFile:
     def __init__(self, root: Path, token: str, *, segment_bytes: int = 0) -> None:
         directory = Path(root) / JOURNAL_DIR
         self.path = directory / f"{token}{JOURNAL_SUFFIX}"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
         self._fd: int | None = None
         self._lock = threading.Lock()
         self.failures = 0
@@ -104,7 +104,7 @@ class JournalFile:
         self.compactions = 0
         try:
             directory.mkdir(exist_ok=True)
-            self._fd = os.open(self.path, flags, 0o644)
+            self._fd = _open_in(directory, self.path.name, flags)
         except OSError as exc:  # a cache: the server runs without it, readers read the lines
             logger.warning("no facts journal in %s (%s): readers will read every line",
                            directory, os_reason(exc))  # fmt: skip
@@ -175,6 +175,25 @@ class JournalFile:
             and size >= min(self.segment_bytes, CLOSE_SEGMENT_BYTES)
         ):
             self._compact(last=True)
+
+
+def _open_in(directory: Path, name: str, flags: int) -> int:
+    """Open ``name`` in ``directory``, neither of them a symlink (a planted ``.facts`` link
+    must not send entries elsewhere); an earlier writer's torn last entry (it died mid-write)
+    is closed with a newline, so the first entry written now reads whole."""
+    folder = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fd = os.open(name, flags, 0o644, dir_fd=folder)
+    finally:
+        os.close(folder)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            write_all(fd, b"\n")
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _start_compactor(journal: Path) -> subprocess.Popen[bytes]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -124,6 +125,7 @@ class Appender:
         self._jobs = itertools.count(1)
         self._last_start = float("-inf")
         self._processes: list[subprocess.Popen[bytes]] = []
+        self._closed = False
 
     @property
     def pid(self) -> int | None:
@@ -139,6 +141,9 @@ class Appender:
             AppenderError: the line was not appended (with the appender's reason, an
                 ``OSError`` as cause), or the process died before saying so.
         """
+        if self._closed:
+            raise AppenderError("the capture server is stopping: no more lines",
+                                path=self.root / name)  # fmt: skip
         link = self._link
         if link is None or not link.usable:
             link = await self.start()
@@ -175,11 +180,17 @@ class Appender:
                      str(self.root), self.token, "--segment-bytes", str(self.segment_bytes)],
                     pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
                 )  # fmt: skip
-            _, link = await loop.create_unix_connection(lambda: _Link(process, self.root),
-                                                        sock=ours)  # fmt: skip
         except OSError as exc:
             ours.close()
             raise AppenderError(f"could not start the appender process: {exc}",
+                                path=self.root) from exc  # fmt: skip
+        try:
+            _, link = await loop.create_unix_connection(lambda: _Link(process, self.root),
+                                                        sock=ours)  # fmt: skip
+        except OSError as exc:
+            ours.close()  # the process reads EOF and exits; reaped with the others
+            self._processes.append(process)
+            raise AppenderError(f"could not talk to the appender process: {exc}",
                                 path=self.root) from exc  # fmt: skip
         self._processes.append(process)
         self.starts += 1
@@ -189,14 +200,25 @@ class Appender:
         return link
 
     async def aclose(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
-        """Close the socket and wait (up to ``timeout_s``) for the process to finish what it was
-        sent and exit. Call it after the last append was answered."""
-        link, self._link = self._link, None
-        if link is not None and link.transport is not None:
-            link.transport.close()
-            await link.closed
+        """Take no more lines, tell the process so (end of its input) and wait, up to
+        ``timeout_s``, for it to answer what it was sent and exit. A line it never answered
+        fails as any line of a dead appender does."""
+        self._closed = True
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
+        link, self._link = self._link, None
+        if link is not None and link.transport is not None:
+            if link.usable and link.transport.can_write_eof():
+                link.transport.write_eof()  # its answers still come in until it exits
+            else:
+                link.transport.close()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(link.closed), timeout_s)
+            if not link.closed.done():  # still answering: stop waiting, fail the rest
+                link.transport.abort()
+                await link.closed
+            if link.failing is not None:
+                await link.failing
         for process in self._processes:
             while process.poll() is None and loop.time() < deadline:
                 await asyncio.sleep(0.01)

@@ -52,9 +52,8 @@ class _Answers:
         for outcome in outcomes:
             request, appended, error = outcome.request, outcome.appended, outcome.error
             if appended is None:
-                code = (error.errno if error is not None else None) or 0
-                reason = os_reason(error) if error is not None else "not appended"
-                answers.append(encode_answer(Answer(request.job, -1, code, reason)))
+                code = (error.errno if isinstance(error, OSError) else None) or 0
+                answers.append(encode_answer(Answer(request.job, -1, code, _reason(error))))
                 continue
             if request.fields and (entry := join_entry(request.name, appended, request.fields)):
                 entries.append(entry)
@@ -63,6 +62,26 @@ class _Answers:
         self._journal.write(b"".join(entries))
         with self._lock:
             self._sock.sendall(b"".join(answers))
+
+
+def _reason(error: BaseException | None) -> str:
+    if isinstance(error, OSError):
+        return os_reason(error)
+    # Not the file system's doing: a bug of ours, and the batch's lines may have landed.
+    return f"appender error ({type(error).__name__}: {error}); the line may have landed"
+
+
+def _append_or_fail(
+    root: str, requests: list[Request], *, wait: bool, spare: Spare, synced: set[str]
+) -> tuple[list[Outcome], list[list[Request]]]:
+    """``append_batch``, whose every request is answered even if it raises (not an
+    ``OSError``: those are per file): an appender that never answered would hold the calls
+    until the server stops."""
+    try:
+        return append_batch(root, requests, wait=wait, spare=spare, synced=synced)
+    except Exception as exc:
+        logger.exception("appending a batch of %d line(s) failed", len(requests))
+        return [Outcome(request, None, exc) for request in requests], []
 
 
 def serve(sock: socket.socket, root: str, token: str, *, segment_bytes: int = 0) -> None:
@@ -76,10 +95,12 @@ def serve(sock: socket.socket, root: str, token: str, *, segment_bytes: int = 0)
     answers = _Answers(sock, journal)
     spare = Spare()
     frames = FrameReader()
+    synced: set[str] = set()  # names this process made durable in the directory
 
     def wait_for(group: list[Request]) -> None:
+        outcomes = _append_or_fail(root, group, wait=True, spare=spare, synced=synced)[0]
         try:
-            answers.send(append_batch(root, group, wait=True, spare=spare)[0])
+            answers.send(outcomes)
         except OSError as exc:  # the socket: the server is gone, nobody to answer
             logger.warning("could not answer the capture server: %s", os_reason(exc))
 
@@ -89,7 +110,9 @@ def serve(sock: socket.socket, root: str, token: str, *, segment_bytes: int = 0)
             requests = frames.requests(data)
             if not requests:
                 continue
-            outcomes, blocked = append_batch(root, requests, wait=False, spare=spare)
+            outcomes, blocked = _append_or_fail(
+                root, requests, wait=False, spare=spare, synced=synced
+            )
             answers.send(outcomes)
             for group in blocked:
                 waiting.submit(wait_for, group)

@@ -43,6 +43,7 @@ limited = RateLimitedLogger(logger)
 METRICS_PATH = "/ngcapture/metrics"
 HEALTH_PATH = "/ngcapture/health"
 DRAIN_ON_SHUTDOWN_S = 30.0
+DRAIN_AFTER_CLOSE_S = 5.0
 #: Threads for large lines (each waits on the process that writes it) and capture failures.
 WRITER_THREADS = 4
 _SUMMARIZED = ("calls_captured", "capture_failures", "requests_refused", "uncaptured_requests",
@@ -192,6 +193,8 @@ class CaptureApp:
                     logger.warning("%d capture write(s) still running at shutdown", left)
                 if self.appender is not None:
                     await self.appender.aclose()
+                    if left:  # what the appender never answered is recorded as failed now
+                        await self.middleware.drain(DRAIN_AFTER_CLOSE_S)
                 await self.proxy.aclose()
                 if self.tokens is not None:  # issue 18 hook: a configured sink is closed
                     await self.tokens.aclose()

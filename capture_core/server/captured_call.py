@@ -275,7 +275,11 @@ class CapturedCall:
             name, payload, line = encode_exchange(self.store, self.rollout_id, exchange, category)
             return await appender.append(name, payload, _journal_fields(line))
         except Exception as exc:
-            self.keep_mark = not await self._in_thread(self._failed, exc)
+            try:
+                recorded = await self._in_thread(self._failed, exc)
+            except RuntimeError:  # the server's threads are gone (it is stopping): here, then
+                recorded = self._failed(exc)
+            self.keep_mark = not recorded
             return None
 
     def _count(self, write: asyncio.Future[int | None]) -> None:

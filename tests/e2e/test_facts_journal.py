@@ -101,8 +101,9 @@ def test_a_file_appended_to_by_hand_is_read_from_its_lines(
 def test_lines_appended_together_are_journaled_so_a_reader_needs_nothing_else(
     stack: Stack, rollout_id: str
 ) -> None:
-    """64 calls in flight over 4 rollouts: the appender writes several lines of a file under
-    one lock and fsync; their entries still chain, and each file reads from the journal."""
+    """64 calls in flight over 4 rollouts: the appender may write several lines of a file
+    under one lock and fsync (``tests/capture_core/appender`` makes sure it does); their
+    entries still chain, and each file reads from the journal alone."""
     ids = [f"{rollout_id}-{index}" for index in range(4)]
     body = request_body("chat")
 

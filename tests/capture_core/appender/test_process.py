@@ -63,9 +63,12 @@ def test_lines_sent_at_once_from_many_tasks_all_land_and_are_journaled(tmp_path:
         mine = sorted((e for e in entries if e.file == f"r{rollout}.capture.jsonl"),
                       key=lambda e: e.offset)  # fmt: skip
         assert [e.size_before for e in mine] == [0] + [e.size for e in mine[:-1]]
+        assert [e.mtime_before_ns for e in mine[1:]] == [e.mtime_ns for e in mine[:-1]]
         stat = os.stat(tmp_path / f"r{rollout}.capture.jsonl")
         assert (mine[-1].size, mine[-1].mtime_ns, mine[-1].inode) == (
             stat.st_size, stat.st_mtime_ns, stat.st_ino)  # fmt: skip
+    # Sent in one go, they were appended in batches: lines of one file under one lock.
+    assert any(e.mtime_before_ns == e.mtime_ns and e.size_before > 0 for e in entries)
 
 
 def test_a_killed_appender_fails_what_it_had_not_answered_and_a_new_one_takes_over(
@@ -159,3 +162,47 @@ def test_it_ignores_the_terminals_signals_and_exits_once_closed(tmp_path: Path) 
 
     written, code = asyncio.run(main())
     assert written > 0 and code == 0
+
+
+def test_closing_waits_for_the_answers_of_lines_sent_and_then_refuses_more(
+    tmp_path: Path,
+) -> None:
+    async def main() -> tuple[list[int], BaseException | None, int | None]:
+        appender = Appender(tmp_path, TOKEN)
+        sent = [asyncio.ensure_future(appender.append("c.capture.jsonl", *_line("c", index)))
+                for index in range(50)]  # fmt: skip
+        await asyncio.sleep(0)  # all 50 are on the socket when the server stops
+        link = await appender.start()
+        await appender.aclose()
+        written = [await future for future in sent]  # answered, not failed
+        try:
+            await appender.append("c.capture.jsonl", *_line("c", 99))
+        except AppenderError as exc:
+            return written, exc, link.process.returncode
+        return written, None, link.process.returncode
+
+    written, refused, code = asyncio.run(main())
+    assert all(count > 0 for count in written) and code == 0
+    assert refused is not None and "stopping" in str(refused)
+    assert len(CaptureStore(tmp_path).read("c").entries) == 50
+
+
+def test_a_batch_that_raises_is_answered_as_failed_not_left_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from capture_core.appender import process
+    from capture_core.appender.batch import Spare
+    from capture_core.appender.frames import Request
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(process, "append_batch", broken)
+    requests = [Request(job, "a.capture.jsonl", b"", b"{}\n") for job in range(3)]
+    outcomes, blocked = process._append_or_fail(str(tmp_path), requests, wait=False,
+                                                spare=Spare(), synced=set())  # fmt: skip
+    assert blocked == [] and [o.request.job for o in outcomes] == [0, 1, 2]
+    assert all(o.appended is None for o in outcomes)
+    assert process._reason(outcomes[0].error) == (
+        "appender error (RuntimeError: a bug); the line may have landed"
+    )

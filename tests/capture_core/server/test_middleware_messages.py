@@ -334,3 +334,42 @@ def test_a_lost_call_keeps_its_mark_when_nothing_else_can_say_so(
         left = [p.model_call_id for p in pending_calls(root, "0-0")]
         assert len(left) == (0 if log_works else 1)
         writer.close()
+
+
+def test_a_line_the_appender_cannot_write_is_recorded_per_call(tmp_path: Path) -> None:
+    """The server's own path: the line goes to a real appender process, which answers with
+    the OS's reason (here the rollout's file is a directory); the call is still served, and
+    its failure is in the failure log, counted, and the rollout marked incomplete."""
+    from capture_core.appender import Appender
+    from capture_core.failures import read_capture_failures
+    from capture_core.writers import CaptureWriter
+
+    store = CaptureStore(tmp_path, create=True)
+    store.path_for("0-0").mkdir()
+    writer = CaptureWriter(tmp_path, journal=False)
+    chunks = split_events(messages_stream(Answer()))
+
+    async def scenario() -> list[Message]:
+        appender = Appender(tmp_path, writer.token)
+        middleware = CaptureMiddleware(sse_app(chunks), store=store, model_server_name="p",
+                                       counters=CaptureCounters(), writer=writer,
+                                       appender=appender)  # fmt: skip
+        sent: list[Message] = []
+        try:
+            await drive(middleware, "/ng-rollout/0-0/v1/messages", sent.append)
+            assert await middleware.drain(30) == 0
+        finally:
+            await appender.aclose()
+        assert middleware.counters.capture_failures == 1
+        assert middleware.counters.calls_captured == 0
+        return sent
+
+    try:
+        sent = asyncio.run(scenario())
+    finally:
+        writer.close()
+    assert [m.get("body") for m in sent[1:]] == chunks  # served whole
+    (failure,) = read_capture_failures(tmp_path).failures
+    assert failure.rollout_id == "0-0" and "EISDIR" in failure.reason, failure.reason
+    assert store.is_incomplete("0-0")
+    assert pending_writes(store.root, "0-0") == []
