@@ -40,13 +40,19 @@ class _Link(asyncio.Protocol):
         self.open = True
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.failing: asyncio.Future[None] | None = None  # failing the unanswered calls
+        self.ending = False  # its input was ended: answers still come, no more requests go
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
 
     @property
     def usable(self) -> bool:
-        return self.open and self.transport is not None and not self.transport.is_closing()
+        return (
+            self.open
+            and not self.ending
+            and self.transport is not None
+            and not self.transport.is_closing()
+        )
 
     def data_received(self, data: bytes) -> None:
         for answer in self.frames.answers(data):
@@ -209,6 +215,7 @@ class Appender:
         link, self._link = self._link, None
         if link is not None and link.transport is not None:
             if link.usable and link.transport.can_write_eof():
+                link.ending = True
                 link.transport.write_eof()  # its answers still come in until it exits
             else:
                 link.transport.close()

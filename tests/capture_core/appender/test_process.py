@@ -169,10 +169,10 @@ def test_closing_waits_for_the_answers_of_lines_sent_and_then_refuses_more(
 ) -> None:
     async def main() -> tuple[list[int], BaseException | None, int | None]:
         appender = Appender(tmp_path, TOKEN)
+        link = await appender.start()
         sent = [asyncio.ensure_future(appender.append("c.capture.jsonl", *_line("c", index)))
                 for index in range(50)]  # fmt: skip
         await asyncio.sleep(0)  # all 50 are on the socket when the server stops
-        link = await appender.start()
         await appender.aclose()
         written = [await future for future in sent]  # answered, not failed
         try:
