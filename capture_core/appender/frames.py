@@ -20,8 +20,9 @@ does not parse is a bug, reported as :class:`FrameError`, never guessed around.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 __all__ = [
     "MAX_FRAME_BYTES",
@@ -92,44 +93,51 @@ class FrameReader:
         """The whole requests ``data`` completes.
 
         Raises:
-            FrameError: a frame's lengths contradict each other.
+            FrameError: a frame's lengths contradict each other, or its name is not UTF-8.
         """
-        buffer = self._buffer
-        buffer += data
         out: list[Request] = []
-        pos, end = 0, len(buffer)
-        while end - pos >= _REQUEST.size:
-            size, job, name_len, fields_len = _REQUEST.unpack_from(buffer, pos)
-            if not _REQUEST.size + name_len + fields_len <= size <= MAX_FRAME_BYTES:
-                raise FrameError(f"a request frame of {size} bytes cannot hold its parts")
-            if end - pos < size:
-                break
-            start = pos + _REQUEST.size
-            names_end = start + name_len
-            fields_end = names_end + fields_len
+        for (_, job, name_len, fields_len), body in self._whole(data, _REQUEST, _request_size):
             try:
-                name = buffer[start:names_end].decode()
+                name = body[:name_len].decode()
             except UnicodeDecodeError as exc:
                 raise FrameError(f"a request's file name is not UTF-8: {exc}") from None
-            out.append(Request(job, name, bytes(buffer[names_end:fields_end]),
-                               bytes(buffer[fields_end : pos + size])))  # fmt: skip
-            pos += size
-        del buffer[:pos]
+            fields_end = name_len + fields_len
+            out.append(Request(job, name, body[name_len:fields_end], body[fields_end:]))
         return out
 
     def answers(self, data: bytes) -> list[Answer]:
         """The whole answers ``data`` completes."""
+        return [
+            Answer(job, written, error, body.decode(errors="replace"))
+            for (job, written, error, _), body in self._whole(data, _ANSWER, _answer_size)
+        ]
+
+    def _whole(
+        self, data: bytes, header: struct.Struct, size_of: Callable[[tuple[Any, ...]], int]
+    ) -> list[tuple[tuple[Any, ...], bytes]]:
+        """The frames ``data`` completes: each one's header fields and the bytes after its
+        header (``size_of``: a frame's whole length, from its header fields)."""
         buffer = self._buffer
         buffer += data
-        out: list[Answer] = []
+        out: list[tuple[tuple[Any, ...], bytes]] = []
         pos, end = 0, len(buffer)
-        while end - pos >= _ANSWER.size:
-            job, written, error, reason_len = _ANSWER.unpack_from(buffer, pos)
-            size = _ANSWER.size + reason_len
+        while end - pos >= header.size:
+            fields = header.unpack_from(buffer, pos)
+            size = size_of(fields)
             if end - pos < size:
                 break
-            reason = buffer[pos + _ANSWER.size : pos + size].decode(errors="replace")
-            out.append(Answer(job, written, error, reason))
+            out.append((fields, bytes(buffer[pos + header.size : pos + size])))
             pos += size
         del buffer[:pos]
         return out
+
+
+def _request_size(fields: tuple[Any, ...]) -> int:
+    size, _, name_len, fields_len = fields
+    if not _REQUEST.size + name_len + fields_len <= size <= MAX_FRAME_BYTES:
+        raise FrameError(f"a request frame of {size} bytes cannot hold its parts")
+    return int(size)
+
+
+def _answer_size(fields: tuple[Any, ...]) -> int:
+    return _ANSWER.size + int(fields[3])
