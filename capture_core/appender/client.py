@@ -155,6 +155,21 @@ class Appender:
             link = await self.start()
         return await link.send(next(self._jobs), name, fields, line)
 
+    def submit(self, name: str, line: bytes, fields: bytes = b"") -> asyncio.Future[int]:
+        """:meth:`append`, with the line on the socket before this returns when the process
+        runs (so the caller can do other work while it is appended).
+
+        Raises:
+            AppenderError: the server is stopping.
+        """
+        if self._closed:
+            raise AppenderError("the capture server is stopping: no more lines",
+                                path=self.root / name)  # fmt: skip
+        link = self._link
+        if link is not None and link.usable:
+            return link.send(next(self._jobs), name, fields, line)
+        return asyncio.ensure_future(self.append(name, line, fields))
+
     async def start(self) -> _Link:
         """The running process's link, starting a process when none runs.
 

@@ -100,6 +100,7 @@ class CapturedCall:
         self.keep_mark = False
         self.held: list[Message] = []
         self.lookahead: Message | None = None
+        self.start: Message | None = None  # a non-streamed answer's status line, not yet sent
         self.holding = False
         self.started = False
         self.done = False
@@ -119,11 +120,17 @@ class CapturedCall:
         async def copy_response(message: Message) -> None:
             if self._observe(message):
                 self.held.append(message)
+            elif message["type"] == "http.response.start" and not exchange.streaming:
+                # It goes with the first body chunk sent, or, for a body of one chunk, once its
+                # line is on its way to the appender: the status line then travels while the
+                # line is made durable, instead of before the line is even built.
+                self.start = message
             elif message["type"] == "http.response.body" and not exchange.streaming:
                 # Keep the newest body chunk back: with a content-length the client is done as
                 # soon as it has the last byte, so that byte must wait for the capture line.
                 previous, self.lookahead = self.lookahead, message
                 if previous is not None:
+                    await self._send_start(send)
                     await send(previous)
             else:
                 await send(message)
@@ -157,7 +164,12 @@ class CapturedCall:
 
     async def _complete(self, failure: BaseException | None, send: Send) -> None:
         self._finish()
-        await self._record(self._start_write(failure))
+        write = self._start_write(failure)
+        self.owner.detach(write)
+        try:
+            await self._send_start(send)
+        finally:
+            await asyncio.shield(write)
         await self._release(send)
 
     def _observe(self, message: Message) -> bool:
@@ -254,7 +266,7 @@ class CapturedCall:
         appender = self.owner.appender
         write: asyncio.Future[int | None]
         if appender is not None and self.exchange.size < LARGE_LINE_BYTES:
-            write = asyncio.ensure_future(self._send(appender, failure))
+            write = self._send(appender, failure)
         else:
             write = self._in_thread(self._write, failure)
         write.add_done_callback(self._count)
@@ -266,21 +278,37 @@ class CapturedCall:
             return threads.run(action, *args)
         return asyncio.get_running_loop().run_in_executor(None, action, *args)
 
-    async def _send(self, appender: Appender, failure: BaseException | None) -> int | None:
-        """Build the line and have the appender append it; the bytes written, or ``None`` when
-        it failed (logged and recorded, on a writer thread). Never raises."""
+    def _send(
+        self, appender: Appender, failure: BaseException | None
+    ) -> asyncio.Future[int | None]:
+        """Build the line and hand it to the appender now (on its socket when this returns);
+        the future gets the bytes written, or ``None`` when it failed (logged and recorded, on
+        a writer thread)."""
         category = classify_exception(failure).value if failure is not None else None
         exchange = self.exchange
         try:
             name, payload, line = encode_exchange(self.store, self.rollout_id, exchange, category)
-            return await appender.append(name, payload, _journal_fields(line))
+            sent: asyncio.Future[int] = appender.submit(name, payload, _journal_fields(line))
         except Exception as exc:
-            try:
-                recorded = await self._in_thread(self._failed, exc)
-            except RuntimeError:  # the server's threads are gone (it is stopping): here, then
-                recorded = self._failed(exc)
-            self.keep_mark = not recorded
-            return None
+            return asyncio.ensure_future(self._answered(None, exc))
+        return asyncio.ensure_future(self._answered(sent, None))
+
+    async def _answered(
+        self, sent: asyncio.Future[int] | None, error: Exception | None
+    ) -> int | None:
+        """The appender's answer, or the failure recorded (never raises)."""
+        try:
+            if sent is not None:
+                return await sent
+        except Exception as exc:
+            error = exc
+        assert error is not None  # either an answer or an error
+        try:
+            recorded = await self._in_thread(self._failed, error)
+        except RuntimeError:  # the server's threads are gone (it is stopping): here, then
+            recorded = self._failed(error)
+        self.keep_mark = not recorded
+        return None
 
     def _count(self, write: asyncio.Future[int | None]) -> None:
         """Count the write's outcome and clear the call's mark, on the event loop: counters and
@@ -295,9 +323,10 @@ class CapturedCall:
         if not self.keep_mark:
             self._unmark()
 
-    async def _record(self, write: asyncio.Future[int | None]) -> None:
-        self.owner.detach(write)
-        await asyncio.shield(write)
+    async def _send_start(self, send: Send) -> None:
+        if self.start is not None:
+            start, self.start = self.start, None
+            await send(start)
 
     def _write(self, failure: BaseException | None) -> int | None:
         """Build and append the line (writer thread); the bytes written, or ``None`` when it
@@ -362,6 +391,7 @@ class CapturedCall:
                    "clear its marker")  # fmt: skip
 
     async def _release(self, send: Send) -> None:
+        await self._send_start(send)
         if self.lookahead is not None:
             await send(self.lookahead)
             self.lookahead = None
