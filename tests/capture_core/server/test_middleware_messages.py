@@ -373,3 +373,41 @@ def test_a_line_the_appender_cannot_write_is_recorded_per_call(tmp_path: Path) -
     assert failure.rollout_id == "0-0" and "EISDIR" in failure.reason, failure.reason
     assert store.is_incomplete("0-0")
     assert pending_writes(store.root, "0-0") == []
+
+
+def test_a_one_chunk_answers_status_line_goes_out_while_its_line_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The status line of a non-streamed answer whose body came in one piece goes to the
+    client while its line is written, not held until the line is durable (which made the
+    client's wake-ups come back to back at the end); the body waits for the line."""
+    store = CaptureStore(tmp_path)
+    original = store.append_encoded
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(name: str, payload: bytes) -> Any:
+        entered.set()
+        assert release.wait(30)
+        return original(name, payload)
+
+    monkeypatch.setattr(store, "append_encoded", slow)
+    body = orjson.dumps({"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 3}})
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json")]})  # fmt: skip
+        await send({"type": "http.response.body", "body": body})
+
+    seen: list[tuple[str, int]] = []
+
+    async def scenario() -> None:
+        task = asyncio.create_task(drive(make(app, store), "/ng-rollout/0-0/v1/chat/completions",
+                                         lambda m: seen.append((m["type"], lines(store)))))  # fmt: skip
+        assert await asyncio.to_thread(entered.wait, 30)
+        assert seen == [("http.response.start", 0)]  # while the line is being written
+        release.set()
+        await task
+
+    asyncio.run(scenario())
+    assert seen == [("http.response.start", 0), ("http.response.body", 1)]
