@@ -176,10 +176,11 @@ def test_capture_failure_never_fails_the_request(
     assert pending_writes(store.root, "0-0") == []
 
 
-def test_a_write_in_flight_is_visible_to_other_processes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    store = CaptureStore(tmp_path)
+def held_appends(
+    store: CaptureStore, monkeypatch: pytest.MonkeyPatch
+) -> tuple[threading.Event, threading.Event]:
+    """Make ``store``'s appends wait: the first event is set when one starts, and it goes on
+    once the second is set."""
     original = store.append_encoded
     entered, release = threading.Event(), threading.Event()
 
@@ -189,6 +190,14 @@ def test_a_write_in_flight_is_visible_to_other_processes(
         return original(name, payload)
 
     monkeypatch.setattr(store, "append_encoded", slow)
+    return entered, release
+
+
+def test_a_write_in_flight_is_visible_to_other_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = CaptureStore(tmp_path)
+    entered, release = held_appends(store, monkeypatch)
     middleware = make(sse_app(split_events(messages_stream(Answer()))), store)
 
     async def scenario() -> list[str]:
@@ -382,15 +391,7 @@ def test_a_one_chunk_answers_status_line_goes_out_while_its_line_is_written(
     client while its line is written, not held until the line is durable (which made the
     client's wake-ups come back to back at the end); the body waits for the line."""
     store = CaptureStore(tmp_path)
-    original = store.append_encoded
-    entered, release = threading.Event(), threading.Event()
-
-    def slow(name: str, payload: bytes) -> Any:
-        entered.set()
-        assert release.wait(30)
-        return original(name, payload)
-
-    monkeypatch.setattr(store, "append_encoded", slow)
+    entered, release = held_appends(store, monkeypatch)
     body = orjson.dumps({"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 3}})
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
