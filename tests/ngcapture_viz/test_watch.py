@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -89,9 +90,12 @@ def growing(finished: tuple[Path, str], tmp_path: Path) -> GrowingRun:
 
 
 def logged_rows(wandb_dir: Path, run_id: str, table: str) -> list[dict[str, Any]]:
-    """Every row of every ``ngcapture/<table>`` logged by the offline run(s) with ``run_id``."""
+    """Every row of every ``ngcapture/<table>`` logged by the offline run(s) with ``run_id``
+    (a run resumed within the same second gets the same directory name plus ``-1``, ``-2``)."""
     rows = []
-    for run_dir in sorted(wandb_dir.rglob(f"offline-run-*-{run_id}")):
+    name = re.compile(rf"offline-run-\d{{8}}_\d{{6}}-{re.escape(run_id)}(-\d+)?")
+    run_dirs = [d for d in wandb_dir.rglob("offline-run-*") if name.fullmatch(d.name)]
+    for run_dir in sorted(run_dirs):
         for path in (run_dir / "files" / "media" / "table" / "ngcapture").glob(
             f"{table}_*.table.json"
         ):
