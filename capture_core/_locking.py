@@ -24,8 +24,10 @@ __all__ = [
     "LockedFd",
     "PendingAppend",
     "append_line",
+    "directory_fd",
     "fsync_dir",
     "locked_fd",
+    "open_in",
     "os_reason",
     "read_locked",
     "unlink_if_present",
@@ -341,6 +343,31 @@ def write_all(fd: int, data: bytes) -> None:
         if written <= 0:
             raise OSError(errno.EIO, "write returned no progress")
         view = view[written:]
+
+
+@contextmanager
+def directory_fd(directory: str | os.PathLike[str]) -> Iterator[int]:
+    """A descriptor of ``directory``, which must not be a symlink (a planted link must not send
+    the files opened through it elsewhere); closed on exit.
+
+    Raises:
+        OSError: ``ELOOP``/``ENOTDIR`` for a symlink or a non-directory, or the OS's reason.
+    """
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def open_in(directory: str | os.PathLike[str], name: str, flags: int, mode: int = 0o644) -> int:
+    """Open ``name`` in ``directory``, neither of them a symlink (see :func:`directory_fd`).
+
+    Example:
+        >>> fd = open_in(Path("/tmp"), "x.jsonl", os.O_WRONLY | os.O_CREAT)  # doctest: +SKIP
+    """
+    with directory_fd(directory) as folder:
+        return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=folder)
 
 
 def fsync_dir(directory: str | os.PathLike[str]) -> None:

@@ -26,7 +26,7 @@ from typing import Final
 
 import orjson
 
-from capture_core._locking import Appended, os_reason, write_all
+from capture_core._locking import Appended, open_in, os_reason, write_all
 
 __all__ = [
     "CLOSE_SEGMENT_BYTES",
@@ -181,11 +181,7 @@ def _open_in(directory: Path, name: str, flags: int) -> int:
     """Open ``name`` in ``directory``, neither of them a symlink (a planted ``.facts`` link
     must not send entries elsewhere); an earlier writer's torn last entry (it died mid-write)
     is closed with a newline, so the first entry written now reads whole."""
-    folder = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        fd = os.open(name, flags, 0o644, dir_fd=folder)
-    finally:
-        os.close(folder)
+    fd = open_in(directory, name, flags)
     try:
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":

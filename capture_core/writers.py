@@ -38,7 +38,7 @@ from typing import Any, Final, TypeVar
 
 import orjson
 
-from capture_core._locking import Appended, fsync_dir, write_all
+from capture_core._locking import Appended, directory_fd, fsync_dir, open_in, write_all
 from capture_core.facts_journal import FactsJournal
 from capture_core.pending.slots import (
     LOCK_SUFFIX,
@@ -59,6 +59,7 @@ RESERVED_BYTES: Final = 1 << 20  # ~4,000 failure lines
 SLOTS_AT_START: Final = 64  # grown by as many again whenever all are in use
 _FALLOC_FL_KEEP_SIZE: Final = 1
 _OUT_OF_DESCRIPTORS: Final = frozenset({errno.EMFILE, errno.ENFILE})
+_NEW_FILE: Final = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
 
 T = TypeVar("T")
 
@@ -117,26 +118,26 @@ class CaptureWriter:
         self.token = uuid.uuid4().hex
         for name in (PENDING_DIR, WRITERS_DIR, FAILURES_DIR):
             (self.root / name).mkdir(exist_ok=True)
-        flags = os.O_CLOEXEC | os.O_NOFOLLOW
-        lock_path = self.root / WRITERS_DIR / f"{self.token}{LOCK_SUFFIX}"
+        lock_name = f"{self.token}{LOCK_SUFFIX}"
         # Locked under a name no reader looks at, then renamed into place: a lock file that a
         # reader (or a sweep) can see is always held, so a starting server never looks dead.
-        unlocked = lock_path.with_name(lock_path.name + ".new")
-        self._lock_fd = os.open(unlocked, os.O_RDWR | os.O_CREAT | os.O_EXCL | flags, 0o644)
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
-        about = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": time.time()}
-        write_all(self._lock_fd, orjson.dumps(about) + b"\n")
-        os.rename(unlocked, lock_path)
+        # Every file is opened in its folder, neither of them a symlink.
+        with directory_fd(self.root / WRITERS_DIR) as writers:
+            self._lock_fd = os.open(f"{lock_name}.new", _NEW_FILE, 0o644, dir_fd=writers)
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            about = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": time.time()}
+            write_all(self._lock_fd, orjson.dumps(about) + b"\n")
+            os.rename(f"{lock_name}.new", lock_name, src_dir_fd=writers, dst_dir_fd=writers)
         self.failure_log = self.root / FAILURES_DIR / f"{self.token}{FAILURE_LOG_SUFFIX}"
-        self._failures = os.open(
-            self.failure_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | flags, 0o644
+        self._failures = open_in(
+            self.failure_log.parent, self.failure_log.name, os.O_WRONLY | os.O_CREAT | os.O_APPEND
         )
         self.reserved = reserve_bytes > 0 and _reserve(self._failures, reserve_bytes)
         os.fsync(self._failures)
         for name in (FAILURES_DIR, WRITERS_DIR):
             fsync_dir(self.root / name)
         self.slots_path = self.root / PENDING_DIR / f"{self.token}{SLOTS_SUFFIX}"
-        self._slots = os.open(self.slots_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | flags, 0o644)
+        self._slots = open_in(self.slots_path.parent, self.slots_path.name, _NEW_FILE)
         self._slot_lock = threading.Lock()
         self._free: list[int] = []
         self._in_use: dict[tuple[str, str], int] = {}

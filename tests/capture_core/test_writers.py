@@ -6,6 +6,7 @@ them.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import signal
 import subprocess
@@ -22,6 +23,7 @@ from capture_core.collect.attachment import capture_attachment
 from capture_core.failures import read_capture_failures
 from capture_core.pending import (
     PENDING_DIR,
+    WRITERS_DIR,
     mark_pending,
     pending_calls,
     sweep_markers,
@@ -260,3 +262,17 @@ def test_closing_gives_back_the_space_reserved_for_the_failure_log(tmp_path: Pat
     writer.close()
     assert log.stat().st_blocks * 512 < 64 * 1024
     assert [f.model_call_id for f in read_capture_failures(tmp_path).failures] == ["c0"]
+
+
+@pytest.mark.parametrize("folder", [PENDING_DIR, WRITERS_DIR, FAILURES_DIR])
+def test_a_registration_folder_planted_as_a_symlink_is_refused(tmp_path: Path, folder: str) -> None:
+    """A server registers only inside its capture directory: a ``.pending``, ``.writers`` or
+    ``.failures`` that is a symlink stops it, and nothing is written where the link points."""
+    root, elsewhere = tmp_path / "calls", tmp_path / "elsewhere"
+    root.mkdir()
+    elsewhere.mkdir()
+    (root / folder).symlink_to(elsewhere)
+    with pytest.raises(OSError) as caught:
+        CaptureWriter(root)
+    assert caught.value.errno in (errno.ELOOP, errno.ENOTDIR)
+    assert list(elsewhere.iterdir()) == []
