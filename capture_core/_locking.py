@@ -287,7 +287,8 @@ def append_line(path: str | os.PathLike[str], line: bytes) -> Appended:
     """Append ``line`` to ``path`` under its exclusive lock and fsync it.
 
     If the file ends without a newline (a writer died mid-line), a newline is written first so
-    the torn line is closed and ``line`` stays readable. If the write or the fsync fails, the
+    the torn line is closed and ``line`` stays readable. A file that was new or empty has its
+    directory fsynced too, before the lock is released. If the write or an fsync fails, the
     file is cut back to its previous length, so a failed append leaves no half line behind.
 
     Returns:
@@ -298,7 +299,18 @@ def append_line(path: str | os.PathLike[str], line: bytes) -> Appended:
         >>> append_line(Path("/tmp/x.capture.jsonl"), b'{"a": 1}\\n')[:3]  # doctest: +SKIP
         (9, True, 0)
     """
-    return write_lines(path, (line,)).commit()[0]
+    pending = write_lines(path, (line,))
+    (appended,) = pending.sync()
+    if pending.empty_before:
+        # A new file's name is made durable before its lock is released: nobody can append
+        # to it and report that line durable first.
+        try:
+            fsync_dir(os.path.dirname(os.fspath(path)) or ".")
+        except OSError:
+            pending.abort()
+            raise
+    pending.release()
+    return appended
 
 
 def read_locked(path: str | os.PathLike[str]) -> bytes | None:

@@ -225,8 +225,6 @@ class CaptureStore:
             raise CaptureStoreError(f"not a capture file name: {name!r}", path=self._root)
         try:
             appended = append_line(path, payload)
-            if appended.created:
-                fsync_dir(self._root)
         except OSError as exc:
             raise CaptureStoreError(
                 f"could not append a capture line: {os_reason(exc)}", path=Path(path)

@@ -147,9 +147,7 @@ class Appender:
             AppenderError: the line was not appended (with the appender's reason, an
                 ``OSError`` as cause), or the process died before saying so.
         """
-        if self._closed:
-            raise AppenderError("the capture server is stopping: no more lines",
-                                path=self.root / name)  # fmt: skip
+        self._refuse_after_close(name)
         link = self._link
         if link is None or not link.usable:
             link = await self.start()
@@ -162,13 +160,16 @@ class Appender:
         Raises:
             AppenderError: the server is stopping.
         """
-        if self._closed:
-            raise AppenderError("the capture server is stopping: no more lines",
-                                path=self.root / name)  # fmt: skip
+        self._refuse_after_close(name)
         link = self._link
         if link is not None and link.usable:
             return link.send(next(self._jobs), name, fields, line)
         return asyncio.ensure_future(self.append(name, line, fields))
+
+    def _refuse_after_close(self, name: str) -> None:
+        if self._closed:
+            raise AppenderError("the capture server is stopping: no more lines",
+                                path=self.root / name)  # fmt: skip
 
     async def start(self) -> _Link:
         """The running process's link, starting a process when none runs.

@@ -651,3 +651,32 @@ def test_clear_failure_names_the_file(store: CaptureStore) -> None:
     assert info.value.path == store.marker_path(RID)
     assert "EISDIR" in str(info.value) or "EPERM" in str(info.value)
     assert not store.path_for(RID).exists()  # the data file was still removed
+
+
+def test_a_new_capture_files_name_is_durable_before_its_lock_is_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Else another writer could lock the new file, append and report its line durable first."""
+    import fcntl
+
+    from capture_core import _locking
+
+    seen: list[bool] = []
+    real = _locking.fsync_dir
+
+    def fsync_dir(directory: str) -> None:
+        fd = os.open(tmp_path / "n.capture.jsonl", os.O_RDONLY)
+        try:  # another open file description: flock conflicts while the append holds it
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            seen.append(False)
+        except BlockingIOError:
+            seen.append(True)
+        finally:
+            os.close(fd)
+        real(directory)
+
+    monkeypatch.setattr(_locking, "fsync_dir", fsync_dir)
+    store = CaptureStore(tmp_path)
+    store.record("n", {"model_call_id": "a", "dialect": "chat"})
+    store.record("n", {"model_call_id": "b", "dialect": "chat"})
+    assert seen == [True]  # synced once, while locked; not again for a file with lines
