@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 import capture_core.server.exchange as exchange_module
-from capture_core._locking import Appended
+from capture_core._appending import Appended
 from capture_core.dialects import extract_response
 from capture_core.facts import call_facts
 from capture_core.facts_journal import FactsJournal

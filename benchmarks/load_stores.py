@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from capture_core._locking import Appended
+from capture_core._appending import Appended
 from capture_core.facts import FACTS_KEY, call_facts
 from capture_core.facts_journal import (
     ENVELOPE_KEYS,

@@ -30,7 +30,7 @@ from typing import Any, Final
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from capture_core._locking import Appended
+from capture_core._appending import Appended
 from capture_core.facts import FACTS_KEY, FACTS_VERSION
 from capture_core.journal_file import (
     CLOSE_SEGMENT_BYTES,

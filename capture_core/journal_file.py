@@ -26,7 +26,8 @@ from typing import Final
 
 import orjson
 
-from capture_core._locking import Appended, open_in, os_reason, write_all
+from capture_core._appending import Appended
+from capture_core._locking import open_in, os_reason, write_all
 
 __all__ = [
     "CLOSE_SEGMENT_BYTES",

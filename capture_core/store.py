@@ -27,6 +27,7 @@ from typing import Any, Final
 
 import orjson
 
+from capture_core._appending import Appended, append_line
 from capture_core._lines import (
     RawEntry,
     damaged_entry,
@@ -34,15 +35,7 @@ from capture_core._lines import (
     parse_capture,
     paused_gc,
 )
-from capture_core._locking import (
-    Appended,
-    append_line,
-    fsync_dir,
-    locked_fd,
-    os_reason,
-    read_locked,
-    unlink_if_present,
-)
+from capture_core._locking import fsync_dir, locked_fd, os_reason, read_locked, unlink_if_present
 from capture_core.exceptions import (
     CaptureDirNotFoundError,
     CaptureStoreError,

@@ -38,7 +38,8 @@ from typing import Any, Final, TypeVar
 
 import orjson
 
-from capture_core._locking import Appended, directory_fd, fsync_dir, open_in, write_all
+from capture_core._appending import Appended
+from capture_core._locking import directory_fd, fsync_dir, open_in, write_all
 from capture_core.facts_journal import FactsJournal
 from capture_core.pending.slots import (
     LOCK_SUFFIX,

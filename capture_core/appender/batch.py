@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Final, TypeVar
 
-from capture_core._locking import Appended, PendingAppend, write_lines
+from capture_core._appending import Appended, PendingAppend, write_lines
 from capture_core.appender.frames import Request
 from capture_core.ids import is_capture_file_name
 

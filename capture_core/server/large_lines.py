@@ -20,7 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Final
 
-from capture_core._locking import Appended
+from capture_core._appending import Appended
 from capture_core.exceptions import CaptureStoreError, LineEncodingError
 from capture_core.server.exchange import Exchange
 from capture_core.store import CaptureStore

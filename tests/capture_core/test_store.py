@@ -659,10 +659,10 @@ def test_a_new_capture_files_name_is_durable_before_its_lock_is_released(
     """Else another writer could lock the new file, append and report its line durable first."""
     import fcntl
 
-    from capture_core import _locking
+    from capture_core import _appending
 
     seen: list[bool] = []
-    real = _locking.fsync_dir
+    real = _appending.fsync_dir
 
     def fsync_dir(directory: str) -> None:
         fd = os.open(tmp_path / "n.capture.jsonl", os.O_RDONLY)
@@ -675,7 +675,7 @@ def test_a_new_capture_files_name_is_durable_before_its_lock_is_released(
             os.close(fd)
         real(directory)
 
-    monkeypatch.setattr(_locking, "fsync_dir", fsync_dir)
+    monkeypatch.setattr(_appending, "fsync_dir", fsync_dir)
     store = CaptureStore(tmp_path)
     store.record("n", {"model_call_id": "a", "dialect": "chat"})
     store.record("n", {"model_call_id": "b", "dialect": "chat"})

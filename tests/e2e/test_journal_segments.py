@@ -15,7 +15,7 @@ from polars.testing import assert_frame_equal
 
 import ngcapture_viz as ngv
 from capture_core import CaptureStore, facts_journal, journal_file
-from capture_core._locking import Appended
+from capture_core._appending import Appended
 from capture_core.facts import FACTS_KEY, FACTS_VERSION
 from capture_core.facts_journal import JOURNAL_DIR
 from capture_core.testing import request_body

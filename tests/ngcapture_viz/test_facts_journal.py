@@ -138,7 +138,7 @@ def test_every_appended_line_has_an_entry_that_says_where_it_is(tmp_path: Path) 
 
 
 def test_a_line_without_current_facts_gets_no_entry() -> None:
-    from capture_core._locking import Appended
+    from capture_core._appending import Appended
 
     at = Appended(10, True, 0, 10, 1, 1)
     assert journal_entry("a.capture.jsonl", at, {"model_call_id": "c", "dialect": "chat"}) is None
@@ -414,7 +414,7 @@ def test_a_line_edited_before_a_later_append_is_read_from_the_file(tmp_path: Pat
 
 
 def test_a_line_appended_without_the_lock_between_write_and_stat_gets_no_entry() -> None:
-    from capture_core._locking import Appended
+    from capture_core._appending import Appended
 
     line = {"model_call_id": "c", "dialect": "chat", FACTS_KEY: {"v": FACTS_VERSION}}
     alone = Appended(11, False, 100, 111, 5, 7, 10, 100, 4)
@@ -425,7 +425,7 @@ def test_a_line_appended_without_the_lock_between_write_and_stat_gets_no_entry()
 
 def test_the_journal_never_fails_a_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from capture_core import facts_journal, journal_file
-    from capture_core._locking import Appended
+    from capture_core._appending import Appended
 
     line = {"model_call_id": "c", "dialect": "chat", FACTS_KEY: {"v": FACTS_VERSION}}
     at = Appended(11, False, 0, 11, 5, 7, 10, 0, 4)
