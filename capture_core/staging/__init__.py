@@ -29,7 +29,7 @@ from capture_core.staging.build import (
     build_staging_delta,
     default_staging_key,
 )
-from capture_core.staging.capture import PendingCall, RolloutTokenCapture
+from capture_core.staging.capture import RolloutTokenCapture
 from capture_core.staging.digests import (
     DIGEST_VERSION,
     EMPTY_EXTRAS_DIGEST,
@@ -61,6 +61,7 @@ from capture_core.staging.manifest import (
     RolloutReceipt,
     RolloutRemoval,
 )
+from capture_core.staging.pending_call import PendingCall
 from capture_core.staging.reasons import (
     NON_POISONING_FAILURE_REASONS,
     AttributionReason,

@@ -41,6 +41,7 @@ from capture_core.staging.errors import (
     StreamingUnsupportedError,
     UnsupportedAdmissionError,
 )
+from capture_core.staging.pending_call import PendingCall
 from capture_core.staging.reasons import CaptureFailureReason
 from capture_core.staging.records import CommitCoords, StagedCallRecord, StageResult
 from capture_core.staging.sinks import (
@@ -68,52 +69,6 @@ _STREAMING_UNSUPPORTED: Final = (
     "streaming unsupported: token capture needs the whole engine response; use buffered SSE "
     "(the server streams to the client after capture) or non-streaming backend requests"
 )
-
-
-class PendingCall:
-    """One admitted call between ``begin_call`` and its completion.
-
-    Attributes:
-        admission: the call's admission.
-        prefix_token_ids: the staged tokens the call continues (empty for a root).
-        weight_version: the policy weight version stamped at ``begin_call``.
-    """
-
-    __slots__ = ("_claimed", "_coords", "_failure_reason", "admission", "prefix_token_ids",
-                 "weight_version")  # fmt: skip
-
-    def __init__(
-        self, admission: CaptureAdmission, prefix_token_ids: tuple[int, ...], weight_version: int
-    ) -> None:
-        self.admission = admission
-        self.prefix_token_ids = prefix_token_ids
-        self.weight_version = weight_version
-        self._claimed = False
-        self._coords: CommitCoords | None = None
-        self._failure_reason: str | None = None
-
-    def __repr__(self) -> str:
-        state = self._coords.disposition.value if self._coords else "pending"
-        return f"PendingCall({self.admission.model_call_id!r}, {state})"
-
-    @property
-    def rollout_id(self) -> str:
-        return self.admission.rollout_id
-
-    @property
-    def model_call_id(self) -> str:
-        return self.admission.model_call_id
-
-    @property
-    def coords(self) -> CommitCoords | None:
-        """The coordinates the call was answered with, once it was completed or failed."""
-        return self._coords
-
-    @property
-    def failure_reason(self) -> str | None:
-        """Why the call ended ``capture_failed`` (a :class:`CaptureFailureReason` or the
-        reason given to ``fail_call``); ``None`` while pending or when staged."""
-        return self._failure_reason
 
 
 class RolloutTokenCapture:
