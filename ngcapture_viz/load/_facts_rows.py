@@ -14,7 +14,6 @@ from itertools import chain, repeat
 from typing import Any, Final, Protocol
 
 import msgspec
-import numpy as np
 import polars as pl
 from msgspec.structs import astuple
 
@@ -30,6 +29,7 @@ __all__ = [
     "ToolColumns",
     "columns_of",
     "facts_frames",
+    "tool_places",
 ]
 
 
@@ -139,11 +139,24 @@ class FactsRows:
 class ToolColumns(Protocol):
     """The tool calls of a chunk of rows, flat: the row and position of each, its fields."""
 
-    rows: np.ndarray
-    positions: np.ndarray
+    rows: pl.Series
+    positions: pl.Series
 
     def names(self) -> pl.Series: ...
     def fields(self) -> Mapping[str, Sequence[Any] | pl.Series]: ...
+
+
+def tool_places(counts: pl.Series) -> tuple[pl.Series, pl.Series]:
+    """The row and the position in its row of each tool call, flat, of rows holding
+    ``counts`` tool calls each."""
+    places = pl.DataFrame({"count": counts}).select(
+        pl.int_range(pl.len(), dtype=pl.Int64).repeat_by("count").alias("row"),
+        pl.int_ranges(0, "count", dtype=pl.Int64).alias("position"),
+    )
+    return (
+        places["row"].explode(empty_as_null=False),
+        places["position"].explode(empty_as_null=False),
+    )
 
 
 def facts_frames(
@@ -185,7 +198,7 @@ def facts_frames(
 
 
 def _tools(tools: ToolColumns, series: dict[str, pl.Series]) -> pl.DataFrame:
-    rows = pl.Series(tools.rows)
+    rows = tools.rows
     fields = tools.fields()
     data: dict[str, Any] = {
         "rollout_id": series["rollout_id"].gather(rows),
@@ -202,12 +215,11 @@ class FlatTools:
     """The tool calls of every row in one list, with the row and position of each."""
 
     def __init__(self, per_row: Sequence[list[_Tool]]) -> None:
-        counts = np.fromiter(map(len, per_row), dtype=np.int64, count=len(per_row))
         self.count = len(per_row)
         self.flat: list[_Tool] = list(chain.from_iterable(per_row))
-        self.rows = np.repeat(np.arange(len(per_row), dtype=np.int64), counts)
-        firsts = np.repeat(np.cumsum(counts) - counts, counts)
-        self.positions = np.arange(len(self.flat), dtype=np.int64) - firsts
+        self.rows, self.positions = tool_places(
+            pl.Series(list(map(len, per_row)), dtype=pl.Int64())
+        )
 
     def fields(self) -> dict[str, Sequence[Any]]:
         return columns_of(self.flat, _Tool)
@@ -221,7 +233,7 @@ class FlatTools:
         """``values`` (one per tool call, in order) as a list per row, empty for a row
         without tool calls (building a List column row by row is slow)."""
         grouped = (
-            pl.DataFrame({"row": pl.Series(self.rows, dtype=pl.Int64()), "value": values})
+            pl.DataFrame({"row": self.rows, "value": values})
             .group_by("row", maintain_order=True)
             .agg("value")
         )
@@ -249,21 +261,26 @@ def columns_of(items: Sequence[Any], kind: type[msgspec.Struct]) -> dict[str, Se
 
 
 def _rates(frame: pl.DataFrame, stream: pl.Series) -> pl.Series:
-    """``output_tokens_per_s`` as ``frames.calls._rate`` computes it, in numpy (Polars may turn
-    a division by a constant into a multiplication, which rounds differently)."""
-    latency = frame["latency_total_ms"]
-    ttft = frame["latency_ttft_ms"]
-    tokens = frame["tokens_out"]
-    streamed = stream.to_numpy()
-    decode = np.where(streamed, latency.fill_null(0).to_numpy() - ttft.fill_null(0).to_numpy(),
-                      latency.fill_null(0).to_numpy())  # fmt: skip
-    seconds = np.divide(decode, 1000.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rates = np.divide(tokens.fill_null(0).cast(pl.Float64).to_numpy(), seconds)
-    unknown = (
-        tokens.is_null().to_numpy()
-        | latency.is_null().to_numpy()
-        | (streamed & ttft.is_null().to_numpy())
-        | ~(seconds > 0)
+    """``output_tokens_per_s`` as ``frames.calls._rate`` computes it. Both divisions are of
+    one column by another: Polars turns a division by a constant into a multiplication by its
+    inverse, which rounds differently, so the 1000 is a column too."""
+    latency = pl.col("latency_total_ms")
+    ttft = pl.col("latency_ttft_ms")
+    tokens = pl.col("tokens_out")
+    streamed = pl.col("streamed")
+    seconds = pl.when(streamed).then(latency - ttft).otherwise(latency) / pl.col("thousand")
+    unknown = tokens.is_null() | latency.is_null() | (streamed & ttft.is_null()) | ~(seconds > 0)
+    return (
+        frame.select(latency, ttft, tokens)
+        .with_columns(
+            stream.alias("streamed"),
+            pl.Series("thousand", [1000.0], dtype=pl.Float64()).new_from_index(0, frame.height),
+        )
+        .select(
+            pl.when(unknown)
+            .then(None)
+            .otherwise(tokens.cast(pl.Float64) / seconds)
+            .alias("output_tokens_per_s")
+        )
+        .to_series()
     )
-    return pl.Series("output_tokens_per_s", rates, dtype=pl.Float64).set(pl.Series(unknown), None)

@@ -11,7 +11,6 @@ import math
 from typing import Annotated, Final
 
 import msgspec
-import numpy as np
 import polars as pl
 
 from capture_core.facts import FACTS_VERSION
@@ -203,17 +202,17 @@ def micros(seconds: float) -> int | None:
 
 def micros_series(seconds: pl.Series) -> pl.Series:
     """``micros`` of a whole column (values in range, checked by the decoder): the same
-    arithmetic, vectorized (``np.rint`` rounds half to even on the double, as ``round`` does)."""
-    values = seconds.to_numpy()
-    fraction, whole = np.modf(values)
-    part = np.rint(fraction * 1e6)
+    arithmetic in Polars (``math.modf``'s parts, the fraction rounded half to even as
+    ``round`` does, a carry into the whole seconds), without numpy (turning a numpy array into
+    a Series imports ``numpy.ma``: ~10 ms of a fresh process's first open)."""
+    value = pl.col("s")
+    whole = pl.when(value < 0).then(value.ceil()).otherwise(value.floor())  # math.modf's
+    part = ((value - whole) * 1e6).round(0, mode="half_to_even")
     carry = part >= 1_000_000
-    part[carry] -= 1_000_000
-    whole[carry] += 1.0
-    nulls = seconds.is_null()
-    result = np.where(nulls.to_numpy(), 0, whole).astype(np.int64) * 1_000_000
-    result += np.where(nulls.to_numpy(), 0, part).astype(np.int64)
-    return pl.Series(seconds.name, result, dtype=pl.Int64).set(nulls, None)
+    micros_ = pl.when(carry).then(whole + 1.0).otherwise(whole).cast(
+        pl.Int64
+    ) * 1_000_000 + pl.when(carry).then(part - 1_000_000).otherwise(part).cast(pl.Int64)
+    return pl.DataFrame({"s": seconds}).select(micros_.alias(seconds.name)).to_series()
 
 
 def _first(raw: msgspec.Raw) -> int:

@@ -122,13 +122,10 @@ def read_store_part(
             detail=f"the capture line could not be written: {failure.reason}",
             path=str(root / FAILURES_DIR / f"{failure.writer}{FAILURE_LOG_SUFFIX}"),
         )
-    data = pl.DataFrame(
-        {"rollout_id": list(listing.data), "name": list(listing.data.values())},
-        schema={"rollout_id": pl.String(), "name": pl.String()},
-    )
+    data = listing.data_frame
     with_lines = pl.concat([calls.select("rollout_id"), damaged.select("rollout_id")])
     unreadable = [name for name, _ in idx.unreadable]
-    empty = data.join(with_lines.unique(), on="rollout_id", how="anti").filter(
+    empty = data.join(with_lines, on="rollout_id", how="anti").filter(
         ~pl.col("name").is_in(unreadable)
     )
     for rollout_id, name in empty.sort("rollout_id").iter_rows():
@@ -145,7 +142,7 @@ def read_store_part(
             pending[marker.rollout_id] = pending.get(marker.rollout_id, 0) + 1
     # Rollouts with a capture file, then those with only a marker: columns built by
     # Polars from the listing's frame (Python lists cost ~0.3 s at 358k files).
-    others = sorted((listing.markers | set(pending)).difference(listing.data))
+    others = sorted(r for r in listing.markers | set(pending) if r not in listing.data)
     stem = pl.col("rollout_id")
     with_file = data.select(
         "rollout_id",

@@ -203,7 +203,7 @@ class CaptureIndex:
                 self._delta = _empty_delta()
         else:
             self._merge(old, keep, result)
-        stats.files = len(self.listing.data)
+        stats.files = self.listing.data_frame.height
         stats.bytes_parsed = result.bytes_parsed
         # A torn tail is parsed again on every refresh; when no file moved on, the saved
         # index is still right and rewriting every table would only cost time.

@@ -24,9 +24,11 @@ from polars.testing import assert_frame_equal
 import ngcapture_viz as ngv
 from capture_core.facts import FACTS_KEY, FACTS_VERSION, call_facts
 from capture_core.testing import CaptureLineFactory
+from ngcapture_viz.frames.calls import _rate
 from ngcapture_viz.load import _scan
+from ngcapture_viz.load._facts_rows import _rates, tool_places
 from ngcapture_viz.load._index_files import MAX_DELTAS
-from ngcapture_viz.load._line_types import micros
+from ngcapture_viz.load._line_types import micros, micros_series
 from tests.ngcapture_viz import _reference_scan as reference
 
 
@@ -328,6 +330,41 @@ def test_microseconds_round_as_datetime_does() -> None:
         assert micros(value) == expected, value
     assert micros(-1.0) is None and micros(math.nan) is None and micros(3e11) is None
     assert FACTS_VERSION == 1
+    # The whole-column version (a cold open's) gives the same microseconds, nulls kept.
+    column = micros_series(pl.Series("started_at", [*values, None], dtype=pl.Float64))
+    assert column.name == "started_at" and column.dtype == pl.Int64
+    assert column.to_list() == [*map(micros, values), None]
+
+
+def test_tokens_per_second_of_a_whole_column_are_the_row_by_row_ones() -> None:
+    rng = random.Random(1)
+
+    def maybe(value: float | int) -> float | int | None:
+        return None if rng.random() < 0.15 else value
+
+    rows = [
+        (maybe(rng.randrange(0, 5000)), maybe(rng.choice([0.0, 1e-3, rng.uniform(-5, 9e4)])),
+         maybe(rng.choice([0.0, rng.uniform(0, 9e4)])), rng.choice([True, False]))
+        for _ in range(20_000)
+    ] + [(7, 1000.0, 999.0, True), (3, 1.0, 1.0, True), (3, 0.3, None, False), (1, 3.0, None, True)]  # fmt: skip
+    frame = pl.DataFrame(
+        rows, orient="row",
+        schema={"tokens_out": pl.Int64, "latency_total_ms": pl.Float64,
+                "latency_ttft_ms": pl.Float64, "stream": pl.Boolean},
+    )  # fmt: skip
+    rates = _rates(frame, frame["stream"])
+    assert rates.name == "output_tokens_per_s" and rates.dtype == pl.Float64
+    assert rates.to_list() == [_rate(*row) for row in rows]  # bit for bit, nulls where unknown
+    assert _rates(frame.clear(), frame.clear()["stream"]).to_list() == []
+
+
+def test_tool_places_give_each_call_its_row_and_position() -> None:
+    counts = [0, 2, 0, 3, 1, 0]
+    rows, positions = tool_places(pl.Series(counts, dtype=pl.Int64))
+    expected = [(row, position) for row, count in enumerate(counts) for position in range(count)]
+    assert list(zip(rows, positions, strict=True)) == expected
+    assert rows.dtype == positions.dtype == pl.Int64
+    assert tool_places(pl.Series([0, 0], dtype=pl.Int64))[0].to_list() == []
 
 
 def test_the_listing_sorts_names_as_is_valid_rollout_id_does(tmp_path: Path) -> None:
@@ -338,7 +375,17 @@ def test_the_listing_sorts_names_as_is_valid_rollout_id_does(tmp_path: Path) -> 
              ".hidden.capture.jsonl", "x" * 200 + ".capture.jsonl", "x" * 201 + ".capture.jsonl",
              "ok.capture.jsonl.bak", "a\nb.capture.jsonl", "1-0-a1.capture.jsonl",
              "1-0.capture.incomplete.capture.jsonl", ".capture.jsonl", "Z_9.capture.incomplete"]  # fmt: skip
-    assert _sort_names(names) == _sort_names_slowly(names)
+    (fast_frame, fast_names), *fast = _sort_names(names)
+    (slow_frame, slow_names), *slow = _sort_names_slowly(names)
+    assert fast_frame.equals(slow_frame) and fast_names == slow_names and fast == slow
+    assert fast_names == fast_frame["name"].to_list() == sorted(fast_names)
+    assert fast_frame["rollout_id"].to_list() == [
+        "0-0",
+        "1-0-a1",
+        "1-0.capture.incomplete",
+        "3-1",
+        "x" * 200,
+    ]
     root = tmp_path / "store"
     root.mkdir()
     for name in ("0-0.capture.jsonl", "notes.txt"):

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import polars as pl
 
-from ngcapture_viz.load._facts_rows import FACT_COLUMNS, TOOL_FIELDS, facts_frames
+from ngcapture_viz.load._facts_rows import FACT_COLUMNS, TOOL_FIELDS, facts_frames, tool_places
 from ngcapture_viz.load.journal_segments.chain import Segment
 from ngcapture_viz.load.journal_segments.schema import SEGMENT_SCHEMA, WHERE_COLUMNS
 
@@ -47,11 +46,8 @@ class SegmentTools:
     """``ToolColumns`` of a segment's ``tool_calls`` column (a list per row, never null)."""
 
     def __init__(self, tool_calls: pl.Series) -> None:
-        counts = tool_calls.list.len().cast(pl.Int64).to_numpy()
         self._lists = tool_calls
-        self.rows = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-        firsts = np.repeat(np.cumsum(counts) - counts, counts)
-        self.positions = np.arange(len(self.rows), dtype=np.int64) - firsts
+        self.rows, self.positions = tool_places(tool_calls.list.len().cast(pl.Int64))
 
     def names(self) -> pl.Series:
         """``tool_names``: each row's tool names."""
