@@ -186,6 +186,7 @@ GET /ngcapture/metrics counts calls, bytes and failures."""
     type=float,
 )
 @_setting("--max-request-body-bytes", "max_request_body_bytes", type=int)
+@_setting("--max-header-bytes", "max_header_bytes", type=int)
 @_setting("--header-timeout-s", "header_timeout_s", type=float)
 @_setting("--idle-timeout-s", "idle_timeout_s", type=float)
 @_setting("--max-client-connections", "max_client_connections", type=int)

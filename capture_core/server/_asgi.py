@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from starlette.types import Message, Receive, Send
 
-__all__ = ["read_body", "send_whole"]
+__all__ = ["REFUSED_KEY", "read_body", "send_whole"]
+
+#: Scope-state key: why the HTTP parser refused the request while its body was read (the
+#: client got a 400 from the protocol; the request is no call the client abandoned).
+REFUSED_KEY: Final = "ngcapture.refused"
 
 
 async def read_body(receive: Receive) -> bytes | None:

@@ -24,6 +24,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from capture_core.dialects import TerminalDetector
 from capture_core.exceptions import RequestRefusedError
+from capture_core.server._asgi import REFUSED_KEY
 from capture_core.server.call_writes import CallWrites
 from capture_core.server.decoding import BodyDecoder, DecodeError, decoder_for
 from capture_core.server.errors import send_error
@@ -145,6 +146,12 @@ class CapturedCall(CallWrites):
             await send_error(copy_response, self.scope["path"], 500,
                              f"capture server error: {type(exc).__name__}")  # fmt: skip
             await self._complete(exc, send)
+            return
+        if REFUSED_KEY in self.scope.get("state", {}):
+            # Its body did not parse: the protocol answered 400 and counted the refusal; a
+            # request refused is no call, as one the app refuses is not.
+            self._unmark()
+            self.owner.counters.add("writes_outstanding", -1)
             return
         await self._complete(None, send)
 

@@ -18,7 +18,8 @@ _HELP = {
     "uncaptured_requests": ("counter", "Requests forwarded without capture."),
     "requests_refused": (
         "counter",
-        "Requests answered by the server itself (bad target, method, upgrade, size).",
+        "Requests answered by the server itself (bad target, method, upgrade, body or header "
+        "size, HTTP the parser rejects, headers too slow).",
     ),
     "marker_failures": ("counter", "Captured calls whose pending marker could not be made."),
     "writes_outstanding": ("gauge", "Capture writes started and not yet durable."),

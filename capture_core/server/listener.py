@@ -112,18 +112,22 @@ def serve_capture(
 ) -> int:
     """Run the capture server made from ``settings`` on ``sock``.
 
-    The settings' limits become the server's: header timeout, body idle and keep-alive idle
-    timeouts, client-connection cap, access log.
+    The settings' limits become the server's: header size and timeout, body idle and
+    keep-alive idle timeouts, client-connection cap, access log.
     """
     from capture_core.server.app import create_app
 
+    app = create_app(settings)
     options = {
         "http": protocol_class(
-            header_timeout_s=settings.header_timeout_s, idle_timeout_s=settings.idle_timeout_s
+            header_timeout_s=settings.header_timeout_s,
+            idle_timeout_s=settings.idle_timeout_s,
+            max_header_bytes=settings.max_header_bytes,
+            counters=app.counters,
         ),
         "timeout_keep_alive": settings.idle_timeout_s,
         "limit_concurrency": settings.max_client_connections,
         "access_log": settings.access_log,
     }
-    return run_server(create_app(settings), sock, name="capture server", port_file=port_file,
+    return run_server(app, sock, name="capture server", port_file=port_file,
                       proxy=True, uvicorn_options=options)  # fmt: skip

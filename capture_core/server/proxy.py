@@ -46,18 +46,22 @@ PREFIX_KEY: Final = "ngcapture.prefix"
 """Scope key: the ``/ng-rollout/<id>`` prefix the middleware stripped (bytes), if any."""
 
 # Hop-by-hop headers (RFC 9110 §7.6.1), plus host and content-length, which are set for the
-# upstream's own request rather than copied.
+# upstream's own request rather than copied, and expect: the client's ``100-continue`` was
+# answered here (the body is read whole before it is forwarded), and an upstream asked again
+# may wait for a body that is never sent, beyond the read timeout.
 _NOT_COPIED: Final = frozenset(
     {
         "connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
         "proxy-connection", "te", "trailer", "trailers", "transfer-encoding", "upgrade", "host",
-        "content-length",
+        "content-length", "expect",
     }
 )  # fmt: skip
 _NOT_COPIED_BYTES: Final = frozenset(name.encode() for name in _NOT_COPIED)
 # The client library adds these unless told not to; we forward only what the client sent.
 _NO_AUTO_HEADERS: Final = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
 _REWRITTEN: Final = frozenset({b"location", b"content-location"})
+_LINK_URI: Final = re.compile(rb"<([^>]*)>")
+_REFRESH_URL: Final = re.compile(rb"^(\s*\d*\s*[;,]\s*(?:url\s*=\s*)?)(['\"]?)(.*?)\2\s*$", re.I)
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 # RFC 9110 §5.1 and §5.5: what a header name and value may hold (uvicorn refuses the rest).
 _HEADER_NAME: Final = re.compile(rb"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
@@ -297,6 +301,10 @@ class UpstreamProxy:
                 headers.append(
                     (lower, _rewrite_location(value, origin, scope.get(PREFIX_KEY, b"")))
                 )
+            elif lower == b"refresh":  # a redirect after a delay: as a Location
+                headers.append((lower, _rewrite_refresh(value, origin, scope.get(PREFIX_KEY, b""))))
+            elif lower == b"link":  # links to the upstream point at the proxy instead
+                headers.append((lower, _rewrite_links(value, origin, scope.get(PREFIX_KEY, b""))))
             else:
                 headers.append((lower, value))
         return headers
@@ -323,3 +331,28 @@ def _rewrite_location(value: bytes, origin: _Origin, prefix: bytes) -> bytes:
     if origin.base_path and (text == origin.base_path or text.startswith(origin.base_path + "/")):
         text = text[len(origin.base_path) :] or "/"
     return prefix + text.encode("latin-1")
+
+
+def _rewrite_refresh(value: bytes, origin: _Origin, prefix: bytes) -> bytes:
+    """A ``Refresh: <seconds>; url=<URL>`` with its URL read as a ``Location``.
+
+    Raises:
+        AnswerRefusedError: the URL names another host.
+    """
+    found = _REFRESH_URL.match(value)
+    if found is None or not found[3]:
+        return value  # a delay alone: the same page again
+    return found[1] + found[2] + _rewrite_location(found[3], origin, prefix) + found[2]
+
+
+def _rewrite_links(value: bytes, origin: _Origin, prefix: bytes) -> bytes:
+    """A ``Link`` header with each target on the upstream pointed at the proxy; a target on
+    another host is a link, not a redirect, and is left as it is."""
+
+    def rewrite(found: re.Match[bytes]) -> bytes:
+        try:
+            return b"<" + _rewrite_location(found[1], origin, prefix) + b">"
+        except AnswerRefusedError:
+            return found[0]
+
+    return _LINK_URI.sub(rewrite, value)

@@ -19,9 +19,17 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from capture_core.facts_journal import SEGMENT_BYTES
 from capture_core.tokens.settings import TokenIdCaptureConfig, load_token_capture_config
 
-__all__ = ["CaptureSettings", "benchmark_capture_settings", "validate_upstream_url"]
+__all__ = [
+    "DEFAULT_MAX_HEADER_BYTES",
+    "CaptureSettings",
+    "benchmark_capture_settings",
+    "validate_upstream_url",
+]
 
 DEFAULT_CAPTURE_SUBDIR: Final = "model-calls"
+#: A request line and headers larger than this are refused (431): LLM API requests send a
+#: few hundred bytes of headers (nginx allows 32 KiB, Node.js 16 KiB).
+DEFAULT_MAX_HEADER_BYTES: Final = 64 * 1024
 
 
 def validate_upstream_url(url: str) -> str:
@@ -94,6 +102,12 @@ class CaptureSettings(BaseSettings):
         default=64 * 1024 * 1024,
         ge=1,
         description="largest request body accepted; a larger one is answered 413",
+    )
+    max_header_bytes: int = Field(
+        default=DEFAULT_MAX_HEADER_BYTES,
+        ge=1024,
+        description="largest request line and headers accepted; larger ones are answered 431 "
+        "and the connection is closed",
     )
     header_timeout_s: float = Field(
         default=60.0, gt=0, description="time a client has to send a request's headers"

@@ -13,7 +13,8 @@ dialect) and to forward, so what is captured is what the upstream serves:
   upstream that decodes them would route differently from us);
 - empty segments (``//``, a trailing ``/``) are dropped, ``.`` segments removed and ``..``
   segments resolved; a ``..`` that climbs above the root, or out of a ``/ng-rollout/<id>/``
-  prefix the request started with, is refused.
+  prefix the request started with, is refused, and so is a prefix whose id is empty (a
+  client that left it out: dropping the empty segment would make the next one the id).
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ class Target:
     raw_path: bytes
     path: str
     query: bytes
+
+
+_SKIPPED: Final = (b"", b".")  # segments normalising drops
 
 
 def _refuse(reason: str) -> RequestRefusedError:
@@ -104,7 +108,13 @@ def normalize_target(target: bytes) -> Target:
         return Target(raw_path, raw_path.decode("ascii"), query)
     if not _PATH_BYTES.match(raw_path):
         raise _refuse("the path contains characters that must be percent-encoded")
-    sent = [_decode_segment(s) for s in raw_path.split(b"/")[1:] if s]
+    segments = [_decode_segment(s) for s in raw_path.split(b"/")[1:]]
+    first = next((i for i, s in enumerate(segments) if s not in _SKIPPED), len(segments))
+    if segments[first : first + 2] == [PREFIX_SEGMENT, b""]:
+        # A client that left its id out (``/ng-rollout//v1/chat/...``): dropping the empty
+        # segment would make ``v1`` the id and ``/chat/...`` the path, served uncaptured.
+        raise _refuse("the /ng-rollout/<id>/ prefix has an empty rollout id")
+    sent = [s for s in segments if s]
     as_sent = [s for s in sent if s != b"."]
     resolved: list[bytes] = []
     for segment in sent:

@@ -142,6 +142,8 @@ CORPUS = [
     Case("climb over the id", "/ng-rollout/{rid}/../v1/chat/completions", REFUSED),
     Case("dot-dot as the id", "/ng-rollout/../v1/chat/completions", REFUSED),
     Case("encoded dot-dot as the id", "/ng-rollout/%2e%2e/v1/chat/completions", REFUSED),
+    Case("empty id", "/ng-rollout//v1/chat/completions", REFUSED),
+    Case("empty id after a leading dot", "/./ng-rollout//v1/chat/completions", REFUSED),
     Case("climb above the root", "/../../../etc/passwd", REFUSED),
     Case("encoded slash", "/ng-rollout/{rid}/v1/chat%2Fcompletions", REFUSED),
     Case("encoded slashes", "/ng-rollout/{rid}/v1%2fchat%2fcompletions", REFUSED),
@@ -268,7 +270,9 @@ def test_hostile_targets_never_leave_the_upstream_origin(boundary: tuple[Service
 
 def test_the_upstream_gets_the_headers_the_client_sent_and_no_others(tmp_path: Path) -> None:
     """No accept, accept-encoding or user-agent of the proxy's own; hop-by-hop ones dropped
-    (including those named in ``connection``); host and content-length are the upstream's."""
+    (including those named in ``connection``), and ``expect``, which the proxy answered (an
+    upstream asked for a 100 again may wait for a body that never comes); host and
+    content-length are the upstream's."""
     upstream = Canary()
     try:
         with run_capture_server(f"http://127.0.0.1:{upstream.port}", tmp_path / "calls") as server:
@@ -279,7 +283,7 @@ def test_the_upstream_gets_the_headers_the_client_sent_and_no_others(tmp_path: P
                 f"content-length: {len(body)}\r\nauthorization: Bearer sk-test\r\n"
                 "x-custom: kept\r\nconnection: close, x-hop\r\nx-hop: dropped\r\n"
                 "keep-alive: timeout=5\r\nte: trailers\r\nproxy-authorization: Basic eA==\r\n"
-                "\r\n"
+                "expect: 100-continue\r\n\r\n"
             ).encode() + body
             answer = send_raw(server.port, request)
     finally:
@@ -334,3 +338,39 @@ def test_a_redirect_to_another_host_is_refused(tmp_path: Path) -> None:
     assert other.connections == 0
     (line,) = CaptureStore(tmp_path / "calls").read("r-2").entries
     assert line.data["status_code"] == 502 and line.data["error_category"] == "upstream_error"
+
+
+def test_links_and_refreshes_never_show_the_upstream_address(tmp_path: Path) -> None:
+    """``Link`` targets on the upstream and a ``Refresh`` URL point at the proxy, as a
+    ``Location`` does; a link to another host is a link, left as it is."""
+    reply = (
+        "HTTP/1.1 200 OK\r\n"
+        "link: <http://127.0.0.1:{port}/v1/files?page=2>; rel=next, </v1/files?page=0>; "
+        'rel=prev, <https://docs.example/api>; rel="help"\r\n'
+        "refresh: 0; url=http://127.0.0.1:{port}/v1/files\r\ncontent-length: 2\r\n\r\nok"
+    )
+    upstream = Canary(reply.encode())
+    try:
+        with run_capture_server(f"http://127.0.0.1:{upstream.port}", tmp_path / "calls") as server:
+            answer = send_raw(server.port, _request(Case(
+                "links", "/ng-rollout/r-3/v1/files", FORWARDED, method="GET"), "r-3", server.port, 0))  # fmt: skip
+    finally:
+        upstream.close()
+    assert answer.status == 200 and answer.body == b"ok"
+    assert answer.headers["link"] == (
+        "</ng-rollout/r-3/v1/files?page=2>; rel=next, </ng-rollout/r-3/v1/files?page=0>; "
+        'rel=prev, <https://docs.example/api>; rel="help"'
+    )
+    assert answer.headers["refresh"] == "0; url=/ng-rollout/r-3/v1/files"
+
+
+def test_a_refresh_to_another_host_is_refused_as_a_redirect(tmp_path: Path) -> None:
+    reply = "HTTP/1.1 200 OK\r\nrefresh: 3;url=http://127.0.0.1:9/x\r\ncontent-length: 0\r\n\r\n"
+    upstream = Canary(reply.encode())
+    try:
+        with run_capture_server(f"http://127.0.0.1:{upstream.port}", tmp_path / "calls") as server:
+            answer = send_raw(server.port, _request(Case(
+                "refresh", "/ng-rollout/r-4/v1/files", FORWARDED, method="GET"), "r-4", server.port, 0))  # fmt: skip
+    finally:
+        upstream.close()
+    assert answer.status == 502 and "refresh" not in answer.headers

@@ -18,6 +18,7 @@ from tests.e2e._raw_http import parse_response, send_raw
 from tests.e2e.conftest import Stack
 
 LIMIT = 4096
+HEAD_LIMIT = 2048
 BODY = orjson.dumps(request_body("chat"))
 
 
@@ -29,6 +30,7 @@ def limited(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         "NGCAPTURE_HEADER_TIMEOUT_S": "1",
         "NGCAPTURE_IDLE_TIMEOUT_S": "1",
         "NGCAPTURE_MAX_CLIENT_CONNECTIONS": "4",
+        "NGCAPTURE_MAX_HEADER_BYTES": str(HEAD_LIMIT),
     }
     with run_capture_server(stack.worker.url, directory, env=env) as server:
         yield server, CaptureStore(directory)
@@ -38,6 +40,27 @@ def served(stack: Stack) -> int:
     count = httpx.get(stack.worker.url + "/stats", timeout=10).json()["requests_served"]
     assert isinstance(count, int)
     return count
+
+
+def metric(server: ServiceProcess, name: str) -> int:
+    text = httpx.get(f"http://127.0.0.1:{server.port}/ngcapture/metrics", timeout=10).text
+    (value,) = [line.split()[1] for line in text.splitlines() if line.startswith(name + " ")]
+    return int(float(value))
+
+
+def settled(server: ServiceProcess) -> None:
+    """Wait until no capture write is outstanding."""
+    deadline = time.monotonic() + 20
+    while metric(server, "ngcapture_writes_outstanding"):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    return received
 
 
 def head(rollout_id: str, extra: str = "") -> bytes:
@@ -70,6 +93,7 @@ def test_a_chunked_body_growing_over_the_limit_is_refused(limited: tuple[Service
 
 def test_headers_must_arrive_in_time(limited: tuple[ServiceProcess, CaptureStore]) -> None:
     server, _ = limited
+    refused = metric(server, "ngcapture_requests_refused_total")
     for opening in (b"", b"POST /ng-rollout/slow-1/v1/chat/completions HTTP/1.1\r\nhost: x\r\n"):
         started = time.monotonic()
         with socket.create_connection(("127.0.0.1", server.port), timeout=20) as sock:
@@ -79,6 +103,61 @@ def test_headers_must_arrive_in_time(limited: tuple[ServiceProcess, CaptureStore
                 received += chunk
         assert parse_response(received).status == 408
         assert time.monotonic() - started < 15  # ~1 s configured; a busy machine is slower
+    assert metric(server, "ngcapture_requests_refused_total") == refused + 2
+
+
+def test_bytes_between_requests_do_not_stop_the_clock(limited: tuple[ServiceProcess, CaptureStore]) -> None:  # fmt: skip
+    """A CRLF after a response (which the parser skips, beginning no request) must not hold the
+    connection open: uvicorn stops its keep-alive timer on any byte."""
+    server, _ = limited
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=20) as sock:
+        sock.sendall(b"GET /ngcapture/health HTTP/1.1\r\nhost: x\r\n\r\n")
+        first = b""
+        while (answer := parse_response(first)).status is None or len(answer.body) < int(
+            answer.headers["content-length"]
+        ):
+            first += sock.recv(65536)
+        assert answer.status == 200
+        sock.sendall(b"\r\n")
+        rest = read_until_closed(sock)  # closed after ~1 s (the header timeout), not never
+    assert parse_response(rest).status == 408
+    assert time.monotonic() - started < 15
+
+
+def test_a_head_over_the_limit_gets_a_431_before_it_is_read(limited: tuple[ServiceProcess, CaptureStore], stack: Stack) -> None:  # fmt: skip
+    server, store = limited
+    before, refused = served(stack), metric(server, "ngcapture_requests_refused_total")
+    big = head("hdr-1", "x-big: " + "a" * HEAD_LIMIT + f"\r\ncontent-length: {len(BODY)}\r\n\r\n")
+    answer = send_raw(server.port, big + BODY)
+    assert answer.status == 431 and answer.headers["connection"] == "close"
+    assert str(HEAD_LIMIT) in answer.json()["error"]["message"]  # type: ignore[index]
+    assert metric(server, "ngcapture_requests_refused_total") == refused + 1
+    settled(server)
+    assert served(stack) == before and not store.path_for("hdr-1").exists()
+    # A head whose end comes in the next read, with a body larger than the head limit behind
+    # it: only the head's bytes count.
+    padded = BODY[:-1] + b',"pad":"' + b"x" * (HEAD_LIMIT + 1000) + b'"}'
+    assert len(padded) <= LIMIT
+    with socket.create_connection(("127.0.0.1", server.port), timeout=20) as sock:
+        sock.sendall(head("hdr-2", f"content-length: {len(padded)}\r\nconnection: close\r\n"))
+        time.sleep(0.3)  # two reads
+        sock.sendall(b"\r\n" + padded)
+        answer = parse_response(read_until_closed(sock))
+    assert answer.status == 200 and len(store.read("hdr-2").entries) == 1
+
+
+def test_a_body_the_parser_rejects_is_refused_not_recorded(limited: tuple[ServiceProcess, CaptureStore], stack: Stack) -> None:  # fmt: skip
+    """A chunk size that overflows fails in the parser after the headers, while the capture
+    waits for the body: the client gets a 400, and no call is recorded (not as abandoned)."""
+    server, store = limited
+    before, refused = served(stack), metric(server, "ngcapture_requests_refused_total")
+    bad = head("bad-chunk", "transfer-encoding: chunked\r\n\r\n") + b"ffffffffffffffffff1\r\nx\r\n"
+    assert send_raw(server.port, bad).status == 400
+    assert send_raw(server.port, b"GARBAGE\r\n\r\n").status == 400  # no request at all
+    assert metric(server, "ngcapture_requests_refused_total") == refused + 2
+    settled(server)
+    assert served(stack) == before and not store.path_for("bad-chunk").exists()
 
 
 def test_a_stalled_body_is_cut_off_and_recorded_as_abandoned(limited: tuple[ServiceProcess, CaptureStore]) -> None:  # fmt: skip
