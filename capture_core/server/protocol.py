@@ -10,6 +10,10 @@
   and the connection is closed, before httptools buffers it (it has no limit of its own).
 - Body idle timeout: a request whose body stalls for ``idle_timeout_s`` is closed; the app sees
   the client go.
+- Read timeout: a client that takes nothing of its answer for ``idle_timeout_s`` (the
+  transport's buffer stays over its high-water mark) is dropped; the app sees the client go and
+  the upstream request is cancelled (uvicorn would wait for it forever, holding an upstream
+  connection and the worker's generation).
 - Requests the HTTP parser itself rejects get a JSON error body instead of plain text; one
   rejected while its body was read is marked refused in its scope (``REFUSED_KEY``), so capture
   does not record it as a call the client abandoned.
@@ -66,6 +70,7 @@ class CaptureHttpProtocol(HttpToolsProtocol):
         self._header_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._body_seen = 0.0
+        self._write_timer: asyncio.TimerHandle | None = None
         self._head_bytes = 0  # of the request head being read
         self._head_tail = b""  # the last bytes of the previous read, when no head ended in it
 
@@ -100,6 +105,24 @@ class CaptureHttpProtocol(HttpToolsProtocol):
             # for as any are.
             self._in_headers = True
             self._arm_header_timer()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._write_timer is None:
+            self._write_timer = self.loop.call_later(self.idle_timeout_s, self._not_reading)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+
+    def _not_reading(self) -> None:
+        self._write_timer = None
+        if not self.transport.is_closing():
+            limited.warning("not-reading", "dropped %s: it read nothing of its answer for %g s",
+                            self.client, self.idle_timeout_s)  # fmt: skip
+        self.transport.abort()  # close() would wait for the buffer to drain: it never does
 
     def _head_too_large(self, data: bytes) -> bool:
         """Count ``data``'s bytes up to the end of the head being read (all of them when it
@@ -176,7 +199,7 @@ class CaptureHttpProtocol(HttpToolsProtocol):
         self.transport.close()  # the app sees the client go
 
     def _cancel_timers(self) -> None:
-        for name in ("_header_timer", "_body_timer"):
+        for name in ("_header_timer", "_body_timer", "_write_timer"):
             timer = getattr(self, name)
             if timer is not None:
                 timer.cancel()

@@ -115,8 +115,8 @@ class CaptureSettings(BaseSettings):
     idle_timeout_s: float = Field(
         default=60.0,
         gt=0,
-        description="longest silence of a client sending a body, and of an idle keep-alive "
-        "connection, before it is closed",
+        description="longest silence of a client sending a body, of an idle keep-alive "
+        "connection, and of a client that takes nothing of its answer, before it is closed",
     )
     max_client_connections: int = Field(
         default=1024,

@@ -6,6 +6,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import orjson
@@ -192,3 +193,67 @@ def test_connections_over_the_cap_get_a_503(limited: tuple[ServiceProcess, Captu
         thread.join(30)
     assert over.status == 503
     assert results == [200] * 3
+
+
+class _EndlessUpstream:
+    """An upstream whose answer never ends: it writes 64 KiB at a time for as long as the proxy
+    takes them, and notes when the proxy closes the connection."""
+
+    def __init__(self) -> None:
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._sock.getsockname()[1]
+        self.sent = 0
+        self.closed = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        self._sock.settimeout(30)
+        try:
+            conn, _ = self._sock.accept()
+        except OSError:
+            return
+        with conn:
+            conn.settimeout(30)
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                         b"content-length: 1073741824\r\n\r\n")  # fmt: skip
+            deadline = time.monotonic() + 60
+            try:
+                while time.monotonic() < deadline:
+                    self.sent += conn.send(b"x" * 65536)
+            except OSError:
+                self.closed.set()
+
+    def close(self) -> None:
+        self._sock.close()
+        self._thread.join(5)
+
+
+def test_a_client_that_stops_reading_is_dropped_and_the_upstream_with_it(tmp_path: Path) -> None:
+    """uvicorn waits for a client's buffer to drain forever; the idle timeout bounds it, so a
+    client that reads nothing cannot hold an upstream connection (and a worker generating)."""
+    upstream = _EndlessUpstream()
+    env = {"NGCAPTURE_IDLE_TIMEOUT_S": "1"}
+    try:
+        with run_capture_server(f"http://127.0.0.1:{upstream.port}", tmp_path / "calls", env=env) as server:  # fmt: skip
+            client = socket.socket()
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            try:
+                client.connect(("127.0.0.1", server.port))
+                client.sendall(head("deaf-1", f"content-length: {len(BODY)}\r\n\r\n") + BODY)
+                assert upstream.closed.wait(30), (
+                    f"the upstream was never let go ({upstream.sent} B)"
+                )
+                store = CaptureStore(tmp_path / "calls")
+                deadline = time.monotonic() + 20
+                while not store.path_for("deaf-1").exists():
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+                (record,) = store.read_records("deaf-1").records
+            finally:
+                client.close()
+    finally:
+        upstream.close()
+    assert record.error_category == "client_disconnected"
+    assert record.status_code == 200  # the status line reached it; the body did not
