@@ -44,6 +44,7 @@ class FileTask:
     call_index: int = 0
     line: int = 1
     scan_ns: int = 0
+    size: int | None = None  # the file's size when it was listed (None: not stated)
 
 
 #: Modification times this close to a scan are not trusted to reveal a later rewrite.

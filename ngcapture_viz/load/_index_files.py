@@ -153,16 +153,16 @@ ORDER: Final = {
 
 
 def in_order(rows: pl.DataFrame, added: pl.DataFrame, keys: tuple[str, ...]) -> pl.DataFrame:
-    """``rows`` (sorted by ``keys``) and the ``added`` rows, sorted by ``keys``.
+    """``rows`` (sorted by ``keys``) and the ``added`` rows, sorted by ``keys`` (``rows`` first
+    among equal keys).
 
-    An append adds rows after those of the same rollout, so a merge by the first key (Polars
-    takes ``rows`` first among equal keys) is usually in order; that is checked, and sorted
-    otherwise. A merge is ~6x faster than sorting 200k rows again.
+    A stable sort of the two together: Polars finds the runs that are already in order, so it
+    costs less than ``merge_sorted`` (1.8M calls and 18k added: 0.25 against 0.74 s; 179k and
+    1.8k: 22 against 74 ms, Polars 2.1).
     """
     if added.height == 0:
         return rows
-    merged = rows.merge_sorted(added.cast(rows.schema).sort(*keys), key=keys[0])
-    return merged if is_ordered(merged, keys) else merged.sort(*keys)
+    return pl.concat([rows, added.cast(rows.schema)]).sort(*keys, maintain_order=True)
 
 
 def is_ordered(frame: pl.DataFrame, keys: tuple[str, ...]) -> bool:

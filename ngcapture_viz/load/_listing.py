@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Container
 from dataclasses import dataclass, field
 from functools import cached_property
 from operator import attrgetter
@@ -60,6 +61,15 @@ class DirListing:
     def stats(self) -> dict[str, os.stat_result]:
         """file name -> lstat, of the regular data files."""
         return {n: s for n, s in zip(self.names, self._stats, strict=True) if s is not None}
+
+    def files_outside(self, keep: Container[str]) -> list[tuple[str, str, os.stat_result | None]]:
+        """``(rollout_id, name, lstat)`` of the data files not in ``keep``, in name order
+        (``None``: it could not be stated). No dict of every file: an open that reads few
+        files of a large store looks at those only."""
+        cut = len(DATA_SUFFIX)
+        return [(name[:-cut], name, stat)
+                for name, stat in zip(self.names, self._stats, strict=True)
+                if name not in keep]  # fmt: skip
 
     @classmethod
     def read(cls, root: Path) -> DirListing:

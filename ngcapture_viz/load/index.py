@@ -311,8 +311,7 @@ class CaptureIndex:
 
     def _remaining(self, task: FileTask) -> int:
         """Bytes left to parse, from the listing's stat (no second stat per file)."""
-        stat = self.listing.stats.get(task.name)
-        return 0 if stat is None else max(0, stat.st_size - task.start)
+        return 0 if task.size is None else max(0, task.size - task.start)
 
     def frames_with_paths(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """The calls and damaged rows with absolute ``path`` values."""
