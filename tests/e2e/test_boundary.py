@@ -299,6 +299,17 @@ def test_the_upstream_gets_the_headers_the_client_sent_and_no_others(tmp_path: P
     assert sent["authorization"] == "bearer sk-test"
 
 
+def _through_proxy(tmp_path: Path, reply: str, case: Case, rid: str) -> tuple[RawResponse, int]:
+    """``case`` sent through a capture server in front of an upstream that answers ``reply``
+    (``{port}`` in it: the upstream's own port); the answer and that port."""
+    upstream = Canary(reply.encode())
+    try:
+        with run_capture_server(f"http://127.0.0.1:{upstream.port}", tmp_path / "calls") as server:
+            return send_raw(server.port, _request(case, rid, server.port, 0)), upstream.port
+    finally:
+        upstream.close()
+
+
 @pytest.mark.parametrize(
     ("location", "client_sees"),
     [
@@ -309,28 +320,20 @@ def test_the_upstream_gets_the_headers_the_client_sent_and_no_others(tmp_path: P
 )
 def test_a_redirect_never_shows_the_upstream_address(tmp_path: Path, location: str, client_sees: str) -> None:  # fmt: skip
     reply = f"HTTP/1.1 307 Temporary Redirect\r\nlocation: {location}\r\ncontent-length: 0\r\n\r\n"
-    upstream = Canary(reply.encode())
-    try:
-        with run_capture_server(f"http://127.0.0.1:{upstream.port}", tmp_path / "calls") as server:
-            answer = send_raw(server.port, _request(Case(
-                "redirect", "/ng-rollout/r-1/v1/models", FORWARDED, method="GET"), "r-1", server.port, 0))  # fmt: skip
-    finally:
-        upstream.close()
+    case = Case("redirect", "/ng-rollout/r-1/v1/models", FORWARDED, method="GET")
+    answer, port = _through_proxy(tmp_path, reply, case, "r-1")
     assert answer.status == 307
     assert answer.headers["location"] == client_sees
-    assert str(upstream.port) not in answer.headers["location"]
+    assert str(port) not in answer.headers["location"]
 
 
 def test_a_redirect_to_another_host_is_refused(tmp_path: Path) -> None:
     other = Canary()
     reply = f"HTTP/1.1 302 Found\r\nlocation: http://127.0.0.1:{other.port}/x\r\ncontent-length: 0\r\n\r\n"
-    upstream = Canary(reply.encode())
     try:
-        with run_capture_server(f"http://127.0.0.1:{upstream.port}", tmp_path / "calls") as server:
-            answer = send_raw(server.port, _request(Case(
-                "redirect", "/ng-rollout/r-2/v1/chat/completions", CAPTURED), "r-2", server.port, 0))  # fmt: skip
+        case = Case("redirect", "/ng-rollout/r-2/v1/chat/completions", CAPTURED)
+        answer, _ = _through_proxy(tmp_path, reply, case, "r-2")
     finally:
-        upstream.close()
         other.close()
     assert answer.status == 502
     assert "redirect" in answer.body.decode()
@@ -349,13 +352,8 @@ def test_links_and_refreshes_never_show_the_upstream_address(tmp_path: Path) -> 
         'rel=prev, <https://docs.example/api>; rel="help"\r\n'
         "refresh: 0; url=http://127.0.0.1:{port}/v1/files\r\ncontent-length: 2\r\n\r\nok"
     )
-    upstream = Canary(reply.encode())
-    try:
-        with run_capture_server(f"http://127.0.0.1:{upstream.port}", tmp_path / "calls") as server:
-            answer = send_raw(server.port, _request(Case(
-                "links", "/ng-rollout/r-3/v1/files", FORWARDED, method="GET"), "r-3", server.port, 0))  # fmt: skip
-    finally:
-        upstream.close()
+    case = Case("links", "/ng-rollout/r-3/v1/files", FORWARDED, method="GET")
+    answer, _ = _through_proxy(tmp_path, reply, case, "r-3")
     assert answer.status == 200 and answer.body == b"ok"
     assert answer.headers["link"] == (
         "</ng-rollout/r-3/v1/files?page=2>; rel=next, </ng-rollout/r-3/v1/files?page=0>; "
@@ -366,11 +364,6 @@ def test_links_and_refreshes_never_show_the_upstream_address(tmp_path: Path) -> 
 
 def test_a_refresh_to_another_host_is_refused_as_a_redirect(tmp_path: Path) -> None:
     reply = "HTTP/1.1 200 OK\r\nrefresh: 3;url=http://127.0.0.1:9/x\r\ncontent-length: 0\r\n\r\n"
-    upstream = Canary(reply.encode())
-    try:
-        with run_capture_server(f"http://127.0.0.1:{upstream.port}", tmp_path / "calls") as server:
-            answer = send_raw(server.port, _request(Case(
-                "refresh", "/ng-rollout/r-4/v1/files", FORWARDED, method="GET"), "r-4", server.port, 0))  # fmt: skip
-    finally:
-        upstream.close()
+    case = Case("refresh", "/ng-rollout/r-4/v1/files", FORWARDED, method="GET")
+    answer, _ = _through_proxy(tmp_path, reply, case, "r-4")
     assert answer.status == 502 and "refresh" not in answer.headers
