@@ -34,7 +34,7 @@ from ngcapture_viz.display._html import Section, figure_html, page, table_html
 from ngcapture_viz.display.cards import TOKEN_CAPTURE_CAPTION
 from ngcapture_viz.figures.dashboard import dashboard
 from ngcapture_viz.figures.gap_report import gap_report
-from ngcapture_viz.figures.timeline import timeline
+from ngcapture_viz.figures.timeline import CAUSALITY_NOTE, timeline
 from ngcapture_viz.frames.tokens import token_capture_summary
 from ngcapture_viz.run import CaptureRun, stack_runs
 
@@ -264,10 +264,7 @@ _KIND_TITLES = {
 
 
 def _timelines_section(run: CaptureRun, picked: pl.DataFrame) -> Section:
-    parts = [
-        '<p class="note">Call order and timestamps show when calls ran; they do not prove that '
-        "one call caused another.</p>"
-    ]
+    parts = [f'<p class="note">{html.escape(CAUSALITY_NOTE)}</p>']
     for kind, title in _KIND_TITLES.items():
         rows = picked.filter(pl.col("kind") == kind).iter_rows(named=True)
         figures = list(_timeline_figures(run, rows, timeline))

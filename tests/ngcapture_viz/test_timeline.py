@@ -272,7 +272,7 @@ def test_causality_note_is_said_once_by_the_report_not_under_each_timeline(
     assert all(a.name != "causality" for a in fig.layout.annotations)
     assert "do not prove causality" in CAUSALITY_NOTE
     html = ngv.render_report(sequential, timelines={"slowest": 2, "failing": 0, "sample": 0})
-    assert html.count("do not prove that") == 1  # the report's single note
+    assert html.count("do not prove causality") == 1  # the report's single note
 
 
 # -- sizes ----------------------------------------------------------------------------------
