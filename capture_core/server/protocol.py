@@ -171,7 +171,9 @@ class CaptureHttpProtocol(HttpToolsProtocol):
         self._refused(400, b"Bad Request", msg)
 
     def _refused(self, status: int, reason: bytes, message: str) -> None:
-        self._cancel_timers()
+        # The read timeout stays: a client that reads nothing would keep the answer (and so
+        # the connection) waiting to be flushed forever.
+        self._cancel_timers("_header_timer", "_body_timer")
         if self.counters is not None:
             self.counters.add("requests_refused")
         limited.warning("refused-http", "refused a request from %s: %s", self.client, message)
@@ -198,8 +200,8 @@ class CaptureHttpProtocol(HttpToolsProtocol):
             return
         self.transport.close()  # the app sees the client go
 
-    def _cancel_timers(self) -> None:
-        for name in ("_header_timer", "_body_timer", "_write_timer"):
+    def _cancel_timers(self, *names: str) -> None:
+        for name in names or ("_header_timer", "_body_timer", "_write_timer"):
             timer = getattr(self, name)
             if timer is not None:
                 timer.cancel()
