@@ -61,7 +61,7 @@ _NOT_COPIED_BYTES: Final = frozenset(name.encode() for name in _NOT_COPIED)
 _NO_AUTO_HEADERS: Final = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
 _REWRITTEN: Final = frozenset({b"location", b"content-location"})
 _LINK_URI: Final = re.compile(rb"<([^>]*)>")
-_REFRESH_URL: Final = re.compile(rb"^(\s*\d*\s*[;,]\s*(?:url\s*=\s*)?)(['\"]?)(.*?)\2\s*$", re.I)
+_REFRESH_URL: Final = re.compile(rb"^(\s*[\d.]*\s*[;,]\s*(?:url\s*=\s*)?)(['\"]?)(.*?)\2\s*$", re.I)
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 # RFC 9110 §5.1 and §5.5: what a header name and value may hold (uvicorn refuses the rest).
 _HEADER_NAME: Final = re.compile(rb"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")

@@ -58,9 +58,6 @@ class Target:
     query: bytes
 
 
-_SKIPPED: Final = (b"", b".")  # segments normalising drops
-
-
 def _refuse(reason: str) -> RequestRefusedError:
     return RequestRefusedError(400, reason)
 
@@ -108,26 +105,37 @@ def normalize_target(target: bytes) -> Target:
         return Target(raw_path, raw_path.decode("ascii"), query)
     if not _PATH_BYTES.match(raw_path):
         raise _refuse("the path contains characters that must be percent-encoded")
-    segments = [_decode_segment(s) for s in raw_path.split(b"/")[1:]]
-    first = next((i for i, s in enumerate(segments) if s not in _SKIPPED), len(segments))
-    if segments[first : first + 2] == [PREFIX_SEGMENT, b""]:
-        # A client that left its id out (``/ng-rollout//v1/chat/...``): dropping the empty
-        # segment would make ``v1`` the id and ``/chat/...`` the path, served uncaptured.
-        raise _refuse("the /ng-rollout/<id>/ prefix has an empty rollout id")
-    sent = [s for s in segments if s]
+    sent: list[bytes] = []
+    after_empty: set[int] = set()  # where in ``sent`` are segments an empty one came before
+    gap = False  # (``.`` segments in between do not count)
+    for segment in map(_decode_segment, raw_path.split(b"/")[1:]):
+        if not segment:
+            gap = True
+            continue
+        if gap and segment != b".":
+            after_empty.add(len(sent))
+            gap = False
+        sent.append(segment)
     as_sent = [s for s in sent if s != b"."]
     resolved: list[bytes] = []
-    for segment in sent:
+    places: list[int] = []  # where in ``sent`` each resolved segment was
+    for place, segment in enumerate(sent):
         if segment == b".":
             continue
         if segment == b"..":
             if not resolved:
                 raise _refuse("the path climbs above the root ('..')")
             resolved.pop()
+            places.pop()
         else:
             resolved.append(segment)
+            places.append(place)
     prefix = _prefix_of(as_sent)
     if prefix is not None and _prefix_of(resolved) != prefix:
         raise _refuse("'..' would take the request out of its /ng-rollout/<id>/ prefix")
+    if resolved[:1] == [PREFIX_SEGMENT] and len(resolved) > 1 and places[1] in after_empty:
+        # A client that left its id out (``/ng-rollout//v1/chat/...``): dropping the empty
+        # segment would make ``v1`` the id and ``/chat/...`` the path, served uncaptured.
+        raise _refuse("the /ng-rollout/<id>/ prefix has an empty rollout id")
     normalized = b"/" + b"/".join(resolved)
     return Target(normalized, unquote(normalized.decode("ascii"), errors="replace"), query)

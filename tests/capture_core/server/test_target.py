@@ -39,7 +39,10 @@ def test_escapes_that_are_data_stay_escaped_for_forwarding() -> None:
     [b"http://h/x", b"@h:1/x", b"h:1", b":1/x", b"*", b"x/y", b"", b"/../x", b"/a/../../x",
      b"/ng-rollout/0-0/../x", b"/ng-rollout/0-0/../../x", b"/ng-rollout/%2e%2e/x",
      b"/v1/a%2Fb", b"/v1/a%5cb", b"/v1/a%00", b"/v1/a%0a", b"/v1/a%7f", b"/v1/%", b"/v1/%g0",
-     b"/v1/a\\b", b"/v1/a b", b"/v1/#frag", b"/v1/\xff"],
+     b"/v1/a\\b", b"/v1/a b", b"/v1/#frag", b"/v1/\xff",
+     # an empty id, however the path reaches the prefix: not the next segment as the id
+     b"/ng-rollout//v1/chat/completions", b"/./ng-rollout//v1/x", b"/x/../ng-rollout//v1/x",
+     b"/ng-rollout/.//v1/x", b"/ng-rollout//./v1/x"],
 )  # fmt: skip
 def test_targets_that_would_go_elsewhere_are_refused(target: bytes) -> None:
     with pytest.raises(RequestRefusedError) as caught:
