@@ -125,10 +125,13 @@ def read_tables(place: Path) -> IndexTables | None:
             parts += [
                 pl.read_parquet(place / f"{table}-{generation}.{delta}.parquet") for delta in deltas
             ]
-            frames[table] = pl.concat(parts, how="vertical_relaxed") if deltas else parts[0]
-            if deltas and table in ORDER:  # in the frames' order, as a whole generation is
+            if not deltas:
+                frames[table] = parts[0]
+            elif table in ORDER:  # in the frames' order, as a whole generation is
                 frames[table] = in_order(parts[0], pl.concat(parts[1:], how="vertical_relaxed"),
                                          ORDER[table])  # fmt: skip
+            else:
+                frames[table] = pl.concat(parts, how="vertical_relaxed")
         files = frames["files"].cast(dict(FILE_SCHEMA))  # type: ignore[arg-type]
         if deltas:  # a delta's file rows replace the earlier rows of those files
             files = files.unique("name", keep="last", maintain_order=True).sort("name")
