@@ -9,11 +9,12 @@
 - Header size: a request head (request line and headers) over ``max_header_bytes`` gets a 431
   and the connection is closed, before httptools buffers it (it has no limit of its own).
 - Body idle timeout: a request whose body stalls for ``idle_timeout_s`` is closed; the app sees
-  the client go.
+  the client go. The rest of a body the app answered before reading it all is still a body
+  (not the next request's head: not counted against the head limit).
 - Read timeout: a client that takes nothing of its answer for ``idle_timeout_s`` (the
-  transport's buffer stays over its high-water mark) is dropped; the app sees the client go and
-  the upstream request is cancelled (uvicorn would wait for it forever, holding an upstream
-  connection and the worker's generation).
+  transport's buffer stays over its high-water mark and does not shrink) is dropped; the app
+  sees the client go and the upstream request is cancelled (uvicorn would wait for it forever,
+  holding an upstream connection and the worker's generation).
 - Requests the HTTP parser itself rejects get a JSON error body instead of plain text; one
   rejected while its body was read is marked refused in its scope (``REFUSED_KEY``), so capture
   does not record it as a call the client abandoned.
@@ -71,6 +72,9 @@ class CaptureHttpProtocol(HttpToolsProtocol):
         self._body_timer: asyncio.TimerHandle | None = None
         self._body_seen = 0.0
         self._write_timer: asyncio.TimerHandle | None = None
+        self._body_done = True  # no request body is being read (uvicorn's ``more_body`` stays
+        # True when the app answered before the body ended: the rest still arrives)
+        self._write_buffered = 0  # the transport's buffer when the read timer was armed
         self._head_bytes = 0  # of the request head being read
         self._head_tail = b""  # the last bytes of the previous read, when no head ended in it
 
@@ -84,10 +88,7 @@ class CaptureHttpProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        cycle = self.cycle
-        if (self._in_headers or cycle is None or not cycle.more_body) and self._head_too_large(
-            data
-        ):
+        if (self._in_headers or self._body_done) and self._head_too_large(data):
             return
         super().data_received(data)
         if self.transport.is_closing():
@@ -95,7 +96,7 @@ class CaptureHttpProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if self._in_headers:
             self._arm_header_timer()
-        elif cycle is not None and cycle.more_body and not cycle.response_complete:
+        elif not self._body_done:  # a body, or the rest of one the app answered early
             self._body_seen = self.loop.time()
             if self._body_timer is None:
                 self._body_timer = self.loop.call_later(self.idle_timeout_s, self._body_idle)
@@ -109,6 +110,7 @@ class CaptureHttpProtocol(HttpToolsProtocol):
     def pause_writing(self) -> None:
         super().pause_writing()
         if self._write_timer is None:
+            self._write_buffered = self.transport.get_write_buffer_size()
             self._write_timer = self.loop.call_later(self.idle_timeout_s, self._not_reading)
 
     def resume_writing(self) -> None:
@@ -119,6 +121,11 @@ class CaptureHttpProtocol(HttpToolsProtocol):
 
     def _not_reading(self) -> None:
         self._write_timer = None
+        buffered = self.transport.get_write_buffer_size()
+        if buffered < self._write_buffered:  # it took some: a slow reader, not a dead one
+            self._write_buffered = buffered
+            self._write_timer = self.loop.call_later(self.idle_timeout_s, self._not_reading)
+            return
         if not self.transport.is_closing():
             limited.warning("not-reading", "dropped %s: it read nothing of its answer for %g s",
                             self.client, self.idle_timeout_s)  # fmt: skip
@@ -147,6 +154,7 @@ class CaptureHttpProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_headers = False
+        self._body_done = False
         self._head_bytes, self._head_tail = 0, b""
         if self._header_timer is not None:
             self._header_timer.cancel()
@@ -157,6 +165,7 @@ class CaptureHttpProtocol(HttpToolsProtocol):
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
+        self._body_done = True
         super().on_message_complete()
         if self._body_timer is not None:
             self._body_timer.cancel()
@@ -191,8 +200,7 @@ class CaptureHttpProtocol(HttpToolsProtocol):
 
     def _body_idle(self) -> None:
         self._body_timer = None
-        cycle = self.cycle
-        if cycle is None or not cycle.more_body or self.transport.is_closing():
+        if self._body_done or self.transport.is_closing():
             return
         idle = self.loop.time() - self._body_seen
         if idle < self.idle_timeout_s:  # data came meanwhile: wait for the rest of the window

@@ -60,8 +60,9 @@ _NOT_COPIED_BYTES: Final = frozenset(name.encode() for name in _NOT_COPIED)
 # The client library adds these unless told not to; we forward only what the client sent.
 _NO_AUTO_HEADERS: Final = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
 _REWRITTEN: Final = frozenset({b"location", b"content-location"})
-_LINK_URI: Final = re.compile(rb"<([^>]*)>")
-_REFRESH_URL: Final = re.compile(rb"^(\s*[\d.]*\s*[;,]\s*(?:url\s*=\s*)?)(['\"]?)(.*?)\2\s*$", re.I)
+# Both match in linear time (an upstream's header value is read on the event loop).
+_LINK_URI: Final = re.compile(rb"<([^<>]*)>")
+_REFRESH_HEAD: Final = re.compile(rb"[ \t]*[\d.]*[ \t]*[;,]?[ \t]*(?:url[ \t]*=[ \t]*)?", re.I)
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 # RFC 9110 §5.1 and §5.5: what a header name and value may hold (uvicorn refuses the rest).
 _HEADER_NAME: Final = re.compile(rb"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
@@ -317,12 +318,16 @@ def _rewrite_location(value: bytes, origin: _Origin, prefix: bytes) -> bytes:
         AnswerRefusedError: it names another host (read as a browser would: ``\\host`` too).
     """
     text = value.decode("latin-1").strip().translate(_URL_NOISE)
-    parts = urlsplit(text)
-    if parts.scheme or parts.netloc or text.startswith("//"):
-        if not origin.owns(text):
+    try:
+        parts = urlsplit(text)
+        elsewhere = bool(parts.scheme or parts.netloc or text.startswith("//"))
+        if elsewhere and not origin.owns(text):
             raise AnswerRefusedError(
                 "upstream redirected to another host; the redirect was refused"
             )
+    except ValueError:  # ``http://[::1/x``: not a URL a client could follow either
+        raise AnswerRefusedError("upstream redirected to something that is not a URL") from None
+    if elsewhere:
         text = parts.path or "/"
         if parts.query:
             text += "?" + parts.query
@@ -334,15 +339,22 @@ def _rewrite_location(value: bytes, origin: _Origin, prefix: bytes) -> bytes:
 
 
 def _rewrite_refresh(value: bytes, origin: _Origin, prefix: bytes) -> bytes:
-    """A ``Refresh: <seconds>; url=<URL>`` with its URL read as a ``Location``.
+    """A ``Refresh: <seconds>; url=<URL>`` (or ``<seconds> <URL>``, as browsers read it) with
+    its URL read as a ``Location``.
 
     Raises:
-        AnswerRefusedError: the URL names another host.
+        AnswerRefusedError: the URL names another host, or is not a URL.
     """
-    found = _REFRESH_URL.match(value)
-    if found is None or not found[3]:
+    head = _REFRESH_HEAD.match(value)
+    start = head.end() if head is not None else 0
+    rest = value[start:]
+    quote = rest[:1] if rest[:1] in (b"'", b'"') else b""
+    url, tail = rest[len(quote) :], b""
+    if quote and (end := url.find(quote)) >= 0:
+        url, tail = url[:end], url[end:]
+    if not url.strip():
         return value  # a delay alone: the same page again
-    return found[1] + found[2] + _rewrite_location(found[3], origin, prefix) + found[2]
+    return value[:start] + quote + _rewrite_location(url, origin, prefix) + tail
 
 
 def _rewrite_links(value: bytes, origin: _Origin, prefix: bytes) -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -146,6 +147,26 @@ def test_a_head_over_the_limit_gets_a_431_before_it_is_read(limited: tuple[Servi
         sock.sendall(b"\r\n" + padded)
         answer = parse_response(read_until_closed(sock))
     assert answer.status == 200 and len(store.read("hdr-2").entries) == 1
+
+
+def test_the_rest_of_a_body_answered_early_is_not_a_request_head(limited: tuple[ServiceProcess, CaptureStore]) -> None:  # fmt: skip
+    """The health route answers without reading the body; the rest of that body, longer than
+    the head limit, is still a body: no 431, and the connection serves the next request."""
+    server, _ = limited
+    refused = metric(server, "ngcapture_requests_refused_total")
+    body = b"x" * LIMIT  # within the body limit; its last read alone is over the head limit
+    with socket.create_connection(("127.0.0.1", server.port), timeout=20) as sock:
+        sock.sendall(b"POST /ngcapture/health HTTP/1.1\r\nhost: x\r\n"
+                     b"content-length: %d\r\n\r\n" % len(body) + body[:100])  # fmt: skip
+        for piece in (body[100:200], body[200:]):  # after the answer, in separate reads
+            time.sleep(0.3)
+            sock.sendall(piece)
+        time.sleep(0.3)
+        sock.sendall(b"GET /ngcapture/health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        received = read_until_closed(sock)
+    statuses = [int(status) for status in re.findall(rb"HTTP/1\.1 (\d{3}) ", received)]
+    assert statuses == [200, 200]
+    assert metric(server, "ngcapture_requests_refused_total") == refused
 
 
 def test_a_body_the_parser_rejects_is_refused_not_recorded(limited: tuple[ServiceProcess, CaptureStore], stack: Stack) -> None:  # fmt: skip

@@ -1,0 +1,98 @@
+"""The capture server's HTTP protocol (``server/protocol.py``) under a real uvicorn on loopback:
+its read timeout drops a client that takes nothing of its answer, never one that reads slowly."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+import uvicorn
+from starlette.types import Receive, Scope, Send
+
+from capture_core.server.protocol import protocol_class
+
+ANSWER = 8 * 1024 * 1024  # one message, far over the transport's high-water mark
+IDLE_S = 1.0
+
+
+async def _whole_answer(scope: Scope, receive: Receive, send: Send) -> None:
+    """Answers every request with ``ANSWER`` bytes in a single body message (as the training
+    gate sends its answers)."""
+    headers = [(b"content-length", str(ANSWER).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": b"x" * ANSWER})
+
+
+@contextmanager
+def _served() -> Iterator[int]:
+    sock = socket.create_server(("127.0.0.1", 0))
+    config = uvicorn.Config(
+        _whole_answer, log_level="critical", lifespan="off", timeout_graceful_shutdown=2,
+        http=protocol_class(header_timeout_s=5, idle_timeout_s=IDLE_S),
+    )  # fmt: skip
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.01)
+        yield sock.getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def _read(port: int, *, pause_s: float, deadline_s: float) -> int:
+    """Bytes of the answer received, reading 64 KiB every ``pause_s`` (until it ends, the
+    server closes, or ``deadline_s``)."""
+    received = 0
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        client.sendall(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            try:
+                chunk = client.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            received += len(chunk)
+            if received >= ANSWER:
+                break
+            time.sleep(pause_s)
+    return received
+
+
+def test_a_slow_steady_reader_gets_the_whole_answer() -> None:
+    """~2.5 MiB/s for an 8 MiB answer takes ~3 s, three times the read timeout: the buffer
+    stays over its high-water mark all along, but it shrinks, so the client is reading."""
+    with _served() as port:
+        assert _read(port, pause_s=0.025, deadline_s=30) >= ANSWER
+
+
+@pytest.mark.parametrize("taken", [0, 1])
+def test_a_client_that_stops_reading_is_dropped(taken: int) -> None:
+    with _served() as port, socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        client.sendall(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        for _ in range(taken):
+            client.recv(65536)  # a little, then nothing more
+        time.sleep(IDLE_S * 3)
+        received, deadline = 0, time.monotonic() + 10
+        while time.monotonic() < deadline:  # what was sent before the drop, then the end
+            try:
+                chunk = client.recv(1 << 20)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            received += len(chunk)
+    assert received < ANSWER  # dropped before the whole answer went out
