@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,11 +19,11 @@ import httpx
 import openai
 import orjson
 import pytest
-import uvicorn
 
 from capture_core import SSEEvent, extract_response, parse_sse, reassemble_stream
 from capture_core.testing._worker_faults import FAULTS, SimulatedDrop
 from capture_core.testing.worker import SimulatedWorker, WorkerConfig
+from tests._uvicorn import serve_in_thread
 
 FAST = WorkerConfig(ttft_ms=0, ms_per_token=0)
 DIALECTS = ("responses", "chat", "messages")
@@ -474,25 +472,8 @@ class Served:
 @pytest.fixture(scope="module")
 def served() -> Iterator[Served]:
     worker = SimulatedWorker(WorkerConfig(seed=5, ttft_ms=5, ms_per_token=0.5))
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(
-        worker, log_level="critical", lifespan="off", timeout_graceful_shutdown=2
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.01)
-        yield Served(worker, sock.getsockname()[1])
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
-        assert not thread.is_alive(), "uvicorn did not stop"
+    with serve_in_thread(worker) as port:
+        yield Served(worker, port)
 
 
 def test_events_arrive_one_by_one(served: Served) -> None:

@@ -9,9 +9,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import socket
-import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +16,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from starlette.testclient import TestClient
 from starlette.types import ASGIApp, Message
 
@@ -35,6 +31,7 @@ from capture_core.server.control import (
     load_control_token,
 )
 from capture_core.staging import CallRecord, RolloutManifest, RolloutRemoval
+from tests._uvicorn import serve_in_thread
 from tests.capture_core.staging.examples import call_record_json, chain_records
 
 TOKEN = "s3cret-token"
@@ -128,23 +125,8 @@ def client(ledger: FakeLedger) -> Iterator[TestClient]:
 @contextmanager
 def serve(app: ASGIApp) -> Iterator[str]:
     """Run ``app`` under a real uvicorn server on 127.0.0.1; yields its base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(app, log_level="critical", lifespan="off", timeout_graceful_shutdown=2)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.01)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
-        assert not thread.is_alive(), "uvicorn did not stop"
+    with serve_in_thread(app) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 # --- authentication ------------------------------------------------------------------------

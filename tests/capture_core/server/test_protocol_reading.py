@@ -4,16 +4,14 @@ its read timeout drops a client that takes nothing of its answer, never one that
 from __future__ import annotations
 
 import socket
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import pytest
-import uvicorn
 from starlette.types import Receive, Scope, Send
 
 from capture_core.server.protocol import protocol_class
+from tests._uvicorn import serve_in_thread
 
 ANSWER = 8 * 1024 * 1024  # one message, far over the transport's high-water mark
 IDLE_S = 1.0
@@ -27,26 +25,10 @@ async def _whole_answer(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": b"x" * ANSWER})
 
 
-@contextmanager
-def _served() -> Iterator[int]:
-    sock = socket.create_server(("127.0.0.1", 0))
-    config = uvicorn.Config(
-        _whole_answer, log_level="critical", lifespan="off", timeout_graceful_shutdown=2,
-        http=protocol_class(header_timeout_s=5, idle_timeout_s=IDLE_S),
-    )  # fmt: skip
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.01)
-        yield sock.getsockname()[1]
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+def _served() -> AbstractContextManager[int]:
+    return serve_in_thread(
+        _whole_answer, http=protocol_class(header_timeout_s=5, idle_timeout_s=IDLE_S)
+    )
 
 
 def _read(port: int, *, pause_s: float, deadline_s: float) -> int:
