@@ -9,8 +9,10 @@
 - Header size: a request head (request line and headers) over ``max_header_bytes`` gets a 431
   and the connection is closed, before httptools buffers it (it has no limit of its own).
 - Body idle timeout: a request whose body stalls for ``idle_timeout_s`` is closed; the app sees
-  the client go. The rest of a body the app answered before reading it all is still a body
-  (not the next request's head: not counted against the head limit).
+  the client go. Time while uvicorn itself does not read (a pipelined request waiting for the
+  answer before it) does not count, for the header timeout either. The rest of a body the app
+  answered before reading it all is still a body (not the next request's head: not counted
+  against the head limit).
 - Read timeout: a client that takes nothing of its answer for ``idle_timeout_s`` (the
   transport's buffer stays over its high-water mark and does not shrink) is dropped; the app
   sees the client go and the upstream request is cancelled (uvicorn would wait for it forever,
@@ -194,6 +196,9 @@ class CaptureHttpProtocol(HttpToolsProtocol):
 
     def _header_late(self) -> None:
         self._header_timer = None
+        if self.flow.read_paused:  # we stopped reading (a pipelined request waits its turn)
+            self._arm_header_timer()
+            return
         if self._in_headers and not self.transport.is_closing():
             message = f"request headers not received within {self.header_timeout_s:g} s"
             self._refused(408, b"Request Timeout", message)
@@ -202,6 +207,10 @@ class CaptureHttpProtocol(HttpToolsProtocol):
         self._body_timer = None
         if self._body_done or self.transport.is_closing():
             return
+        if self.flow.read_paused:
+            # uvicorn stopped reading (a pipelined request waits for the answer before it):
+            # the silence is ours, not the client's; its window starts again from here.
+            self._body_seen = self.loop.time()
         idle = self.loop.time() - self._body_seen
         if idle < self.idle_timeout_s:  # data came meanwhile: wait for the rest of the window
             self._body_timer = self.loop.call_later(self.idle_timeout_s - idle, self._body_idle)

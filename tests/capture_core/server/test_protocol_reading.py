@@ -3,6 +3,7 @@ its read timeout drops a client that takes nothing of its answer, never one that
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from contextlib import AbstractContextManager
@@ -78,3 +79,45 @@ def test_a_client_that_stops_reading_is_dropped(taken: int) -> None:
                 break
             received += len(chunk)
     assert received < ANSWER  # dropped before the whole answer went out
+
+
+async def _slow_stream(scope: Scope, receive: Receive, send: Send) -> None:
+    """A GET answered with 8 chunks 0.25 s apart, never calling ``receive`` (so uvicorn keeps
+    reading paused once a pipelined request is queued); a POST gets its body back."""
+    if scope["method"] == "POST":
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"got %d" % len(body)})
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    for n in range(8):
+        await send({"type": "http.response.body", "body": b"chunk%d\n" % n, "more_body": True})
+        await asyncio.sleep(0.25)
+    await send({"type": "http.response.body", "body": b"DONE\n"})
+
+
+def test_time_the_server_does_not_read_is_not_the_client_s_silence() -> None:
+    """A pipelined POST waits, unread, for the 2 s stream before it: its body timeout (1 s)
+    must not close the connection under that stream."""
+    http = protocol_class(header_timeout_s=IDLE_S, idle_timeout_s=IDLE_S)
+    with (
+        serve_in_thread(_slow_stream, http=http) as port,
+        socket.create_connection(("127.0.0.1", port), timeout=10) as client,
+    ):
+        client.sendall(b"GET /a HTTP/1.1\r\nhost: x\r\n\r\n"
+                       b"POST /b HTTP/1.1\r\nhost: x\r\ncontent-length: 20\r\n"
+                       b"connection: close\r\n\r\n0123456789")  # fmt: skip
+        received, started = b"", time.monotonic()
+        while b"DONE" not in received:
+            chunk = client.recv(65536)
+            assert chunk, f"closed under the stream after {time.monotonic() - started:.1f} s"
+            received += chunk
+        client.sendall(b"0123456789")  # the rest of the body, now that it is its turn
+        while chunk := client.recv(65536):
+            received += chunk
+    assert b"\r\ngot 20\r\n" in received  # its whole body, read in its turn
