@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
-import errno
 import fcntl
 import os
 import socket
@@ -40,6 +39,7 @@ import orjson
 
 from capture_core._appending import Appended
 from capture_core._locking import directory_fd, fsync_dir, open_in, write_all
+from capture_core._spare import OUT_OF_DESCRIPTORS, Spare
 from capture_core.facts_journal import FactsJournal
 from capture_core.pending.slots import (
     LOCK_SUFFIX,
@@ -59,7 +59,6 @@ FAILURE_LOG_SUFFIX: Final = ".jsonl"
 RESERVED_BYTES: Final = 1 << 20  # ~4,000 failure lines
 SLOTS_AT_START: Final = 64  # grown by as many again whenever all are in use
 _FALLOC_FL_KEEP_SIZE: Final = 1
-_OUT_OF_DESCRIPTORS: Final = frozenset({errno.EMFILE, errno.ENFILE})
 _NEW_FILE: Final = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
 
 T = TypeVar("T")
@@ -83,7 +82,7 @@ def _reserve(fd: int, size: int) -> bool:
 def out_of_descriptors(exc: BaseException) -> bool:
     """Whether ``exc`` (or what it was raised from) is an ``EMFILE``/``ENFILE`` error."""
     while exc is not None:
-        if isinstance(exc, OSError) and exc.errno in _OUT_OF_DESCRIPTORS:
+        if isinstance(exc, OSError) and exc.errno in OUT_OF_DESCRIPTORS:
             return True
         exc = exc.__cause__  # type: ignore[assignment]
     return False
@@ -144,8 +143,7 @@ class CaptureWriter:
         self._in_use: dict[tuple[str, str], int] = {}
         self._grow()
         fsync_dir(self.root / PENDING_DIR)
-        self._spare: int | None = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        self._spare_lock = threading.Lock()
+        self._spare = Spare()
         self._failure_lock = threading.Lock()
         self.journal = (
             FactsJournal(self.root, self.token, segment_bytes=segment_bytes) if journal else None
@@ -192,15 +190,7 @@ class CaptureWriter:
 
     def with_spare_descriptor(self, action: Callable[[], T]) -> T:
         """Run ``action`` with the spare descriptor freed (one more can be opened meanwhile)."""
-        with self._spare_lock:
-            if self._spare is not None:
-                os.close(self._spare)
-                self._spare = None
-            try:
-                return action()
-            finally:
-                with contextlib.suppress(OSError):
-                    self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        return self._spare.freed(action)
 
     def note_facts(self, rollout_file: str, appended: Appended, line: Mapping[str, Any]) -> None:
         """Journal a line just appended to ``rollout_file`` (never raises; nothing without a
@@ -231,7 +221,10 @@ class CaptureWriter:
         if getattr(self, "_failures", None) is not None:
             with contextlib.suppress(OSError):  # cut at its own size: frees the reservation
                 os.ftruncate(self._failures, os.fstat(self._failures).st_size)
-        for name in ("_failures", "_slots", "_spare", "_lock_fd"):
+        spare = getattr(self, "_spare", None)
+        if spare is not None:
+            spare.close()
+        for name in ("_failures", "_slots", "_lock_fd"):
             fd = getattr(self, name, None)
             if fd is not None:
                 setattr(self, name, None)

@@ -14,23 +14,20 @@ from __future__ import annotations
 
 import errno
 import os
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Final, TypeVar
+from typing import Final
 
 from capture_core._appending import Appended, PendingAppend, write_lines
+from capture_core._spare import OUT_OF_DESCRIPTORS, Spare
 from capture_core.appender.frames import Request
 from capture_core.ids import is_capture_file_name
 
-__all__ = ["FILES_PER_COMMIT", "Outcome", "Spare", "append_batch", "fsync_directory"]
+__all__ = ["FILES_PER_COMMIT", "Outcome", "append_batch", "fsync_directory"]
 
 #: Files held open and locked at once by one batch (a larger batch is cut into several).
 FILES_PER_COMMIT: Final = 64
-_OUT_OF_DESCRIPTORS: Final = frozenset({errno.EMFILE, errno.ENFILE})
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,37 +37,6 @@ class Outcome:
     request: Request
     appended: Appended | None
     error: BaseException | None = None
-
-
-class Spare:
-    """One descriptor kept open, closed to make room for one more try when an open fails for
-    want of descriptors (and opened again at the next batch)."""
-
-    def __init__(self) -> None:
-        self._fd: int | None = None
-        self._lock = threading.Lock()
-        self.ensure()
-
-    def ensure(self) -> None:
-        """Hold the spare again if it was given up (best effort)."""
-        with self._lock:
-            if self._fd is None:
-                try:
-                    self._fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-                except OSError:
-                    self._fd = None
-
-    def retrying(self, action: Callable[[], T]) -> T:
-        try:
-            return action()
-        except OSError as exc:
-            if exc.errno not in _OUT_OF_DESCRIPTORS:
-                raise
-        with self._lock:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
-        return action()
 
 
 def append_batch(
@@ -163,7 +129,7 @@ class _Batch:
                     self.blocked.append(group)
                     continue
                 except OSError as exc:
-                    if exc.errno in _OUT_OF_DESCRIPTORS and written:
+                    if exc.errno in OUT_OF_DESCRIPTORS and written:
                         self._sync_and_release(written)
                         return groups[index:]
                     self.outcomes += [Outcome(request, None, exc) for request in group]

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Final
 
 from capture_core._locking import os_reason
-from capture_core.appender.batch import Outcome, Spare, append_batch
+from capture_core._spare import Spare
+from capture_core.appender.batch import Outcome, append_batch
 from capture_core.appender.frames import Answer, FrameError, FrameReader, Request, encode_answer
 from capture_core.journal_file import JournalFile, join_entry
 

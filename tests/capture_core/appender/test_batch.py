@@ -18,8 +18,9 @@ import orjson
 import pytest
 
 from capture_core import CaptureStore
+from capture_core._spare import Spare
 from capture_core.appender import append_batch
-from capture_core.appender.batch import FILES_PER_COMMIT, Spare
+from capture_core.appender.batch import FILES_PER_COMMIT
 from capture_core.appender.frames import Request
 
 
@@ -257,7 +258,8 @@ def test_out_of_descriptors_the_open_files_are_committed_and_the_rest_tried_agai
     still lands whole: the files open are committed (and closed) before the rest are tried."""
     code = textwrap.dedent("""
         import os, resource, sys
-        from capture_core.appender.batch import Spare, append_batch
+        from capture_core._spare import Spare
+        from capture_core.appender.batch import append_batch
         from capture_core.appender.frames import Request
         root = sys.argv[1]
         spare = Spare()

@@ -190,8 +190,8 @@ def test_closing_waits_for_the_answers_of_lines_sent_and_then_refuses_more(
 def test_a_batch_that_raises_is_answered_as_failed_not_left_waiting(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from capture_core._spare import Spare
     from capture_core.appender import process
-    from capture_core.appender.batch import Spare
     from capture_core.appender.frames import Request
 
     def broken(*args: object, **kwargs: object) -> object:
