@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from collections.abc import Container
 from dataclasses import dataclass, field
-from functools import cached_property
 from operator import attrgetter
 from pathlib import Path
 from stat import S_ISREG
@@ -38,8 +37,8 @@ class DirListing:
     """The entries of a capture directory, sorted into what they are.
 
     The data files are kept as columns (``data_frame``, ``stat_frame``) and as the Python
-    names ``os.listdir`` gave; ``data`` and ``stats``, their dicts, are built only when asked
-    for (a warm open of a large store never asks: ~0.3 s at 358k files)."""
+    names ``os.listdir`` gave, with their stats: no dict of every file (building two cost a
+    warm open of 358k files ~0.3 s); :meth:`files_outside` gives the few a refresh reads."""
 
     markers: set[str] = field(default_factory=set)  # rollout ids marked incomplete
     pending: list[PendingCall] = field(default_factory=list)  # markers, live or lost
@@ -51,16 +50,6 @@ class DirListing:
     stat_frame: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=STAT_SCHEMA))
     names: list[str] = field(default_factory=list)  # ``data_frame``'s names, in its order
     _stats: list[os.stat_result | None] = field(default_factory=list)  # each name's lstat
-
-    @cached_property
-    def data(self) -> dict[str, str]:
-        """rollout_id -> file name, of the data files."""
-        return dict(zip(self.data_frame["rollout_id"].to_list(), self.names, strict=True))
-
-    @cached_property
-    def stats(self) -> dict[str, os.stat_result]:
-        """file name -> lstat, of the regular data files."""
-        return {n: s for n, s in zip(self.names, self._stats, strict=True) if s is not None}
 
     def files_outside(self, keep: Container[str]) -> list[tuple[str, str, os.stat_result | None]]:
         """``(rollout_id, name, lstat)`` of the data files not in ``keep``, in name order

@@ -394,6 +394,6 @@ def test_the_listing_sorts_names_as_is_valid_rollout_id_does(tmp_path: Path) -> 
     fd = os.open(bytes(root) + b"/\xff.capture.jsonl", os.O_CREAT | os.O_WRONLY)
     os.close(fd)
     listing = DirListing.read(root)  # a name that is not UTF-8: sorted the slow way
-    assert list(listing.data) == ["0-0"]
+    assert listing.data_frame.rows() == [("0-0", "0-0.capture.jsonl")]
     assert listing.foreign == sorted(["d.capture.jsonl", "notes.txt", "\udcff.capture.jsonl"])
     assert listing.stat_frame["name"].to_list() == ["0-0.capture.jsonl"]
