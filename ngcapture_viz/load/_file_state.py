@@ -6,9 +6,29 @@ Shared by the line readers (``_scan``) and the facts-journal reader (``_journal_
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple, Protocol
 
-__all__ = ["RACY_NS", "FileState", "FileTask", "is_racy"]
+__all__ = ["RACY_NS", "FileStat", "FileState", "FileTask", "StatLike", "is_racy"]
+
+
+class StatLike(Protocol):
+    """What the planner and the journal reader use of a file's ``stat``: an ``os.stat_result``
+    or a :class:`FileStat`."""
+
+    @property
+    def st_ino(self) -> int: ...
+    @property
+    def st_size(self) -> int: ...
+    @property
+    def st_mtime_ns(self) -> int: ...
+
+
+class FileStat(NamedTuple):
+    """A file's ``stat``, as much of it as the listing keeps (named as ``os.stat_result``'s)."""
+
+    st_ino: int
+    st_size: int
+    st_mtime_ns: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ import msgspec
 import polars as pl
 
 from capture_core.facts import FACTS_VERSION
+from ngcapture_viz.load._file_state import StatLike
 from ngcapture_viz.load._journal_files import decode_each, journal_chunks, journal_paths
 from ngcapture_viz.load._line_types import JOURNAL_LINE, JournalLine
 from ngcapture_viz.load.journal_segments import (
@@ -118,7 +119,7 @@ class Journals:
     def __init__(
         self,
         directory: str,
-        stats: Mapping[str, os.stat_result],
+        stats: Mapping[str, StatLike],
         *,
         sparse: bool = False,
         keep_entries: int | None = None,
@@ -275,7 +276,7 @@ class Journals:
 
 def _cover(
     entries: pl.DataFrame,
-    stats: Mapping[str, os.stat_result],
+    stats: Mapping[str, StatLike],
     racy: Container[str],
     bases: Mapping[str, tuple[int, int]],
 ) -> tuple[pl.DataFrame, dict[str, Coverage]]:

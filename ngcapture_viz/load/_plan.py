@@ -10,6 +10,7 @@ facts journals' word that a growth is an append (:mod:`ngcapture_viz.load._journ
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import polars as pl
 
 from capture_core.facts_journal import JOURNAL_DIR
-from ngcapture_viz.load._file_state import RACY_NS, FileTask, is_racy
+from ngcapture_viz.load._file_state import RACY_NS, FileTask, StatLike, is_racy
 from ngcapture_viz.load._index_files import IndexTables
 from ngcapture_viz.load._journal import Journals
 from ngcapture_viz.load._listing import DirListing, content_matches, prefix_matches
@@ -153,7 +154,7 @@ def plan_refresh(
 def _read_journals(
     root: Path,
     listing: DirListing,
-    todo: list[tuple[str, str, os.stat_result | None]],
+    todo: Sequence[tuple[str, str, StatLike | None]],
     *,
     scan_ns: int,
     old: IndexTables | None,

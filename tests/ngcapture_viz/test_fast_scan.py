@@ -375,10 +375,12 @@ def test_the_listing_sorts_names_as_is_valid_rollout_id_does(tmp_path: Path) -> 
              ".hidden.capture.jsonl", "x" * 200 + ".capture.jsonl", "x" * 201 + ".capture.jsonl",
              "ok.capture.jsonl.bak", "a\nb.capture.jsonl", "1-0-a1.capture.jsonl",
              "1-0.capture.incomplete.capture.jsonl", ".capture.jsonl", "Z_9.capture.incomplete"]  # fmt: skip
-    (fast_frame, fast_names), *fast = _sort_names(names)
-    (slow_frame, slow_names), *slow = _sort_names_slowly(names)
-    assert fast_frame.equals(slow_frame) and fast_names == slow_names and fast == slow
-    assert fast_names == fast_frame["name"].to_list() == sorted(fast_names)
+    fast_frame, *fast = _sort_names(names)
+    slow_frame, *slow = _sort_names_slowly(names)
+    assert fast_frame.equals(slow_frame) and fast == slow
+    fast_names = fast_frame["name"].to_list()
+    assert fast_names == sorted(fast_names)
+    assert [names[at] for at in fast_frame["at"].to_list()] == fast_names  # where each was listed
     assert fast_frame["rollout_id"].to_list() == [
         "0-0",
         "1-0-a1",
@@ -397,3 +399,35 @@ def test_the_listing_sorts_names_as_is_valid_rollout_id_does(tmp_path: Path) -> 
     assert listing.data_frame.rows() == [("0-0", "0-0.capture.jsonl")]
     assert listing.foreign == sorted(["d.capture.jsonl", "notes.txt", "\udcff.capture.jsonl"])
     assert listing.stat_frame["name"].to_list() == ["0-0.capture.jsonl"]
+
+
+def test_the_listing_keeps_a_data_file_it_could_not_stat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ngcapture_viz.load._file_state import FileStat
+    from ngcapture_viz.load._listing import DirListing
+
+    for name in ("b.capture.jsonl", "a.capture.jsonl", "c.capture.incomplete", "notes.txt"):
+        (tmp_path / name).write_bytes(b"x" * len(name))
+    (tmp_path / "d.capture.jsonl").mkdir()
+    real_stat = os.stat
+
+    def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if path == "b.capture.jsonl":  # gone between the listing and its stat, say
+            raise FileNotFoundError(path)
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat)
+    listing = DirListing.read(tmp_path)
+    monkeypatch.undo()
+    assert listing.data_frame.rows() == [("a", "a.capture.jsonl"), ("b", "b.capture.jsonl")]
+    assert listing.stat_frame["name"].to_list() == ["a.capture.jsonl"]  # b: no stat to plan by
+    assert listing.foreign == ["d.capture.jsonl", "notes.txt"]  # a directory is no data file
+    assert listing.markers == {"c"}
+    a = real_stat(tmp_path / "a.capture.jsonl")
+    assert listing.files_outside(set()) == [
+        ("a", "a.capture.jsonl", FileStat(a.st_ino, a.st_size, a.st_mtime_ns)),
+        ("b", "b.capture.jsonl", None),
+    ]
+    assert listing.files_outside({"a.capture.jsonl"}) == [("b", "b.capture.jsonl", None)]
+    assert listing.stat_frame.row(0) == ("a.capture.jsonl", a.st_ino, a.st_size, a.st_mtime_ns)
