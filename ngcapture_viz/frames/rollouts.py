@@ -121,22 +121,31 @@ def call_totals(calls: pl.DataFrame) -> pl.DataFrame:
     # group-by over them took twice as long (0.43 against 0.20 s for 1.8M calls).
     used = ["rollout_id", "error_category", "num_tool_calls", *TOKEN_TOTALS,
             "latency_total_ms", "started_at", "completed_at"]  # fmt: skip
-    return (
-        calls.select(used)
-        .rechunk()
-        .group_by("rollout_id")
-        .agg(
-            pl.len().cast(pl.Int64).alias("num_calls"),
-            pl.col("error_category").is_not_null().sum().cast(pl.Int64).alias("num_errors"),
-            pl.col("num_tool_calls").sum().cast(pl.Int64),
-            *known_sum,
-            pl.when(pl.col("latency_total_ms").count() > 0)
-            .then(pl.col("latency_total_ms").sum().round(6))
-            .alias("latency_total_ms"),
-            pl.col("started_at").min(),
-            pl.col("completed_at").max(),
+    aggregates = [
+        pl.len().cast(pl.Int64).alias("num_calls"),
+        pl.col("error_category").is_not_null().sum().cast(pl.Int64).alias("num_errors"),
+        pl.col("num_tool_calls").sum().cast(pl.Int64),
+        *known_sum,
+        pl.when(pl.col("latency_total_ms").count() > 0)
+        .then(pl.col("latency_total_ms").sum().round(6))
+        .alias("latency_total_ms"),
+        pl.col("started_at").min(),
+        pl.col("completed_at").max(),
+    ]
+    frame = calls.select(used).rechunk()
+    rollout_id = frame["rollout_id"]
+    if rollout_id.flags["SORTED_ASC"] and not rollout_id.has_nulls():
+        # Calls in rollout order (as the run builds them): each rollout is one run of rows,
+        # numbered in one pass; grouping by that number instead of hashing the ids is
+        # ~45 % faster (0.13 against 0.24 s for 1.8M calls, medians of 7).
+        first = pl.col("rollout_id") != pl.col("rollout_id").shift()
+        return (
+            frame.with_columns(first.fill_null(True).cum_sum().alias("_run"))
+            .group_by("_run", maintain_order=True)
+            .agg(pl.col("rollout_id").first(), *aggregates)
+            .drop("_run")
         )
-    )
+    return frame.group_by("rollout_id").agg(*aggregates)
 
 
 def task_field_columns(

@@ -431,3 +431,32 @@ def test_the_listing_keeps_a_data_file_it_could_not_stat(
     ]
     assert listing.files_outside({"a.capture.jsonl"}) == [("b", "b.capture.jsonl", None)]
     assert listing.stat_frame.row(0) == ("a.capture.jsonl", a.st_ino, a.st_size, a.st_mtime_ns)
+
+
+def test_call_totals_of_calls_in_rollout_order_match_the_hashed_group_by() -> None:
+    from ngcapture_viz.frames.calls import CALLS
+    from ngcapture_viz.frames.rollouts import TOKEN_TOTALS, call_totals
+
+    rng = random.Random(7)
+    rows = []
+    for rollout in range(60):
+        for call_index in range(rng.randrange(1, 6)):
+
+            def maybe(value: Any) -> Any:
+                return None if rng.random() < 0.3 else value
+
+            rows.append({
+                "rollout_id": f"r{rollout:03d}", "call_index": call_index,
+                "error_category": maybe("upstream_error"), "num_tool_calls": rng.randrange(3),
+                **{name: maybe(rng.randrange(1000)) for name in TOKEN_TOTALS},
+                "latency_total_ms": maybe(rng.random() * 1000),
+                "started_at": maybe(datetime(2026, 12, 5, 1, rng.randrange(60), tzinfo=UTC)),
+                "completed_at": maybe(datetime(2026, 12, 5, 2, rng.randrange(60), tzinfo=UTC)),
+            })  # fmt: skip
+    calls = CALLS.conform(pl.DataFrame(rows)).sort("rollout_id", "call_index")
+    in_order = calls.with_columns(pl.col("rollout_id").set_sorted())
+    assert in_order["rollout_id"].flags["SORTED_ASC"]
+    assert not calls.sample(fraction=1.0, shuffle=True, seed=3)["rollout_id"].flags["SORTED_ASC"]
+    hashed = call_totals(calls.sample(fraction=1.0, shuffle=True, seed=3)).sort("rollout_id")
+    assert_frame_equal(call_totals(in_order), hashed)  # same values, same dtypes, same order
+    assert call_totals(in_order)["rollout_id"].to_list() == sorted({r["rollout_id"] for r in rows})
