@@ -70,7 +70,6 @@ def plan_refresh(
         # Vectorized first pass: most files are unchanged on a warm open. A file that
         # could not be stat'ed has no row here and is re-read below.
         current = listing.stat_frame
-        joined = current.join(old.files, on="name", how="inner")
         same = (
             (pl.col("now_inode") == pl.col("inode"))
             & (pl.col("now_size") == pl.col("size"))
@@ -78,6 +77,18 @@ def plan_refresh(
             & (pl.col("consumed") == pl.col("size"))
         )
         racy = pl.col("now_mtime") >= pl.col("scanned_ns") - RACY_NS
+        if (
+            current.height == listing.data_frame.height  # every data file stated
+            and _same_names(current["name"], old.files["name"])
+            and pl.concat([current.drop("name"), old.files], how="horizontal")
+            .select((same & ~racy).fill_null(False).all())
+            .item()
+        ):
+            # The usual warm open, checked row by row without a join: the listing's names
+            # (each once, sorted) are the index's, and every file is unchanged and not racy.
+            plan.reused, plan.everything_kept = current.height, True
+            return plan
+        joined = current.join(old.files, on="name", how="inner")
         # Distinct names: a damaged files table holding a name twice must not stand in for
         # a file it lacks.
         unchanged = int(joined.select(pl.col("name").filter(same & ~racy).n_unique()).item())
@@ -189,6 +200,13 @@ def _read_journals(
         str(root), stats, sparse=sparse, racy=racy,
         since=old.journals if old is not None else None, bases=bases,
     )  # fmt: skip
+
+
+def _same_names(listed: pl.Series, indexed: pl.Series) -> bool:
+    """Whether the index's files are the listing's, name for name in the same order (both
+    sorted by name; the listing names each file once): ~5 ms for 358k names, against ~0.1 s
+    for joining them and counting the distinct ones."""
+    return listed.len() == indexed.len() and listed.equals(indexed, check_names=False)
 
 
 def _journal_vouches(journals: Journals | None, name: str, consumed: int) -> bool:

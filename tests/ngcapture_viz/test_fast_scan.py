@@ -23,6 +23,7 @@ from polars.testing import assert_frame_equal
 
 import ngcapture_viz as ngv
 from capture_core.facts import FACTS_KEY, FACTS_VERSION, call_facts
+from capture_core.store import ARCHIVE_PREFIX
 from capture_core.testing import CaptureLineFactory
 from ngcapture_viz.frames.calls import _rate
 from ngcapture_viz.load import _scan
@@ -380,6 +381,17 @@ def test_the_listing_sorts_names_as_is_valid_rollout_id_does(tmp_path: Path) -> 
     assert fast_frame.equals(slow_frame) and fast == slow
     fast_names = fast_frame["name"].to_list()
     assert fast_names == sorted(fast_names)
+    rng = random.Random(11)  # and names made of the pieces that matter, at random
+    pieces = ["a", "Z", "0", "9", ".", "..", "-", "_", " ", "é", "x" * 99, ".capture.jsonl",
+              ".capture.incomplete", "capture", "jsonl", ARCHIVE_PREFIX]  # fmt: skip
+    ends = ["", ".capture.jsonl", ".capture.incomplete"]
+    made = ["".join(rng.choices(pieces, k=rng.randrange(1, 5))) + rng.choice(ends)
+            for _ in range(3000)]  # fmt: skip
+    made = list(dict.fromkeys(made))  # a directory lists each name once
+    made_frame, *made_rest = _sort_names(made)
+    slow_frame, *slow_rest = _sort_names_slowly(made)
+    assert made_frame.equals(slow_frame) and made_rest == slow_rest
+    assert made_frame.height > 100 and len(made_rest[0]) > 20  # both kinds were exercised
     assert [names[at] for at in fast_frame["at"].to_list()] == fast_names  # where each was listed
     assert fast_frame["rollout_id"].to_list() == [
         "0-0",

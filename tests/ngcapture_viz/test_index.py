@@ -381,7 +381,9 @@ def test_an_unwritable_index_warns_and_keeps_the_rows(
         CaptureIndex(capture_dir).refresh(require_write=True)
 
 
-@pytest.mark.parametrize("change", ["none", "swap", "add", "remove", "duplicate row"])
+@pytest.mark.parametrize(
+    "change", ["none", "swap", "add", "remove", "duplicate row", "unsorted rows", "unstated"]
+)
 def test_only_a_warm_open_with_every_file_unchanged_plans_nothing_per_file(
     capture_dir: Path,
     line_factory: CaptureLineFactory,
@@ -423,9 +425,30 @@ def test_only_a_warm_open_with_every_file_unchanged_plans_nothing_per_file(
         files = pl.read_parquet(table)
         first = files.filter(pl.col("name") == "0-0.capture.jsonl")
         pl.concat([first, files.filter(pl.col("name") != "1-0.capture.jsonl")]).write_parquet(table)
+    if change == "unsorted rows":  # every row right, in another order: found by the join
+        [table] = (capture_dir / INDEX_DIR_NAME).glob("files-*.parquet")
+        pl.read_parquet(table).sort("name", descending=True).write_parquet(table)
+    if change == "unstated":  # a new file that cannot be stat'ed (gone meanwhile, say)
+        write_capture(capture_dir, "7-0", [lines[3]])
+        expected_ids.append("7-0")  # read all the same: opening it does not need its stat
+        real_stat = os.stat
+
+        def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+            if path == "7-0.capture.jsonl":
+                raise PermissionError(13, "Permission denied", path)
+            return real_stat(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, "stat", stat)
     run = ngv.open_run(capture_dir)
-    assert plans[-1].everything_kept is (change == "none")
+    if change == "unstated":
+        monkeypatch.setattr(os, "stat", real_stat)
+    assert plans[-1].everything_kept is (change in ("none", "unsorted rows"))
     assert sorted(run.calls["rollout_id"].unique()) == expected_ids
+    if change == "unstated":
+        assert plans[-1].reused == 3 and [task.name for task in plans[-1].tasks] == [
+            "7-0.capture.jsonl"
+        ]
+        return
     if change != "duplicate row":  # a damaged index is repaired, not promised to be equal
         assert _counters(_stats(run)) == counters
         _assert_same_as_plain_read(run, capture_dir)
