@@ -157,15 +157,34 @@ ORDER: Final = {
 
 def in_order(rows: pl.DataFrame, added: pl.DataFrame, keys: tuple[str, ...]) -> pl.DataFrame:
     """``rows`` (sorted by ``keys``) and the ``added`` rows, sorted by ``keys`` (``rows`` first
-    among equal keys).
+    among equal keys): what a stable sort of the two together gives.
 
-    A stable sort of the two together: Polars finds the runs that are already in order, so it
-    costs less than ``merge_sorted`` (1.8M calls and 18k added: 0.25 against 0.74 s; 179k and
-    1.8k: 22 against 74 ms, Polars 2.1).
+    The usual ``added`` rows are appends, each after every row of its first key: each is
+    placed by a binary search of that key among ``rows``, and the two are ordered by those
+    places, an integer sort (1.8M calls and 18k added: 0.15 against 0.28 s for sorting by the
+    keys, which was itself faster than ``merge_sorted``'s 0.74 s; Polars 2.1). When the result
+    is not in order (an added row that belongs among the rows of its key), it is sorted by the
+    keys after all.
     """
     if added.height == 0:
         return rows
-    return pl.concat([rows, added.cast(rows.schema)]).sort(*keys, maintain_order=True)
+    added = added.cast(rows.schema).sort(*keys, maintain_order=True)
+    first = keys[0]
+    if rows[first].has_nulls() or added[first].has_nulls():
+        return pl.concat([rows, added]).sort(*keys, maintain_order=True)
+    # ``2 i + 1`` for row ``i``; ``2 k`` for an added row that goes after ``k`` rows (before
+    # row ``k``); a stable sort keeps the added rows with one place in their order.
+    at = rows[first].search_sorted(added[first], side="right").cast(pl.Int64())
+    places = pl.concat([pl.int_range(0, rows.height, dtype=pl.Int64(), eager=True) * 2 + 1, at * 2])
+    merged = (
+        pl.concat([rows, added])
+        .with_columns(places.alias("_place"))
+        .sort("_place", maintain_order=True)
+        .drop("_place")
+    )
+    if is_ordered(merged, keys):
+        return merged
+    return pl.concat([rows, added]).sort(*keys, maintain_order=True)
 
 
 def is_ordered(frame: pl.DataFrame, keys: tuple[str, ...]) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Container
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -55,16 +54,20 @@ class DirListing:
     #: Where each row of ``data_frame`` is in ``_listed`` (and in each of ``_stats``).
     _at: pl.Series = field(default_factory=lambda: pl.Series(dtype=pl.UInt32()))
 
-    def files_outside(self, keep: Container[str]) -> list[tuple[str, str, FileStat | None]]:
-        """``(rollout_id, name, FileStat)`` of the data files not in ``keep``, in name order
-        (``None``: it could not be stated). No dict of every file: an open that reads few
-        files of a large store looks at those only."""
+    def files_outside(self, kept: pl.Series) -> list[tuple[str, str, FileStat | None]]:
+        """``(rollout_id, name, FileStat)`` of the data files whose names are not in ``kept``,
+        in name order (``None``: it could not be stated). Polars picks them out: an open that
+        reads few files of a large store then looks at those only (a Python loop over 358k
+        names cost an append ~0.3 s)."""
         cut = len(DATA_SUFFIX)
         listed, (inodes, sizes, mtimes, modes) = self._listed, self._stats
-        return [(name[:-cut], name,
-                 FileStat(inodes[at], sizes[at], mtimes[at]) if modes[at] >= 0 else None)
-                for at in self._at.to_list()
-                if (name := listed[at]) not in keep]  # fmt: skip
+        outside = self._at.filter(~self.data_frame["name"].is_in(kept.implode()))
+        found: list[tuple[str, str, FileStat | None]] = []
+        for at in outside.to_list():
+            name = listed[at]
+            stat = FileStat(inodes[at], sizes[at], mtimes[at]) if modes[at] >= 0 else None
+            found.append((name[:-cut], name, stat))
+        return found
 
     @classmethod
     def read(cls, root: Path) -> DirListing:

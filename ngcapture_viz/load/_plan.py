@@ -65,6 +65,7 @@ def plan_refresh(
     """
     plan = RefreshPlan()
     keep = plan.keep
+    kept = pl.Series(dtype=pl.String())  # ``keep`` as a column, to pick the files outside it
     previous: dict[str, dict[str, Any]] = {}
     if old is not None:
         # Vectorized first pass: most files are unchanged on a warm open. A file that
@@ -97,11 +98,13 @@ def plan_refresh(
             # holds no other: nothing to read, nothing to build per file (~0.3 s at 358k).
             plan.reused, plan.everything_kept = unchanged, True
             return plan
-        keep.update(joined.filter(same & ~racy)["name"].to_list())
+        kept = joined.filter(same & ~racy)["name"]
+        keep.update(kept.to_list())
         # Unchanged-looking files modified near their scan: trust their content hash only.
         for candidate in joined.filter(same & racy).iter_rows(named=True):
             if content_matches(root / candidate["name"], candidate):
                 keep.add(candidate["name"])
+                kept = kept.append(pl.Series([candidate["name"]], dtype=pl.String()))
                 if not is_racy(candidate["now_mtime"], scan_ns):
                     plan.settled.add(candidate["name"])  # hash-checked once: trust mtime
         plan.reused = len(keep)
@@ -113,7 +116,7 @@ def plan_refresh(
         present = listing.data_frame["name"]
         plan.removed = old.files.height - int(old.files["name"].is_in(present.implode()).sum())
     prefix = str(root) + os.sep  # pathlib costs ~6 µs a join: too much per file
-    todo = listing.files_outside(keep)
+    todo = listing.files_outside(kept)
     plan.journals = journals = _read_journals(
         root, listing, todo, scan_ns=scan_ns, old=old, previous=previous, verify=verify
     )

@@ -437,11 +437,11 @@ def test_the_listing_keeps_a_data_file_it_could_not_stat(
     assert listing.foreign == ["d.capture.jsonl", "notes.txt"]  # a directory is no data file
     assert listing.markers == {"c"}
     a = real_stat(tmp_path / "a.capture.jsonl")
-    assert listing.files_outside(set()) == [
+    assert listing.files_outside(pl.Series(dtype=pl.String())) == [
         ("a", "a.capture.jsonl", FileStat(a.st_ino, a.st_size, a.st_mtime_ns)),
         ("b", "b.capture.jsonl", None),
     ]
-    assert listing.files_outside({"a.capture.jsonl"}) == [("b", "b.capture.jsonl", None)]
+    assert listing.files_outside(pl.Series(["a.capture.jsonl"])) == [("b", "b.capture.jsonl", None)]
     assert listing.stat_frame.row(0) == ("a.capture.jsonl", a.st_ino, a.st_size, a.st_mtime_ns)
 
 
@@ -472,3 +472,36 @@ def test_call_totals_of_calls_in_rollout_order_match_the_hashed_group_by() -> No
     hashed = call_totals(calls.sample(fraction=1.0, shuffle=True, seed=3)).sort("rollout_id")
     assert_frame_equal(call_totals(in_order), hashed)  # same values, same dtypes, same order
     assert call_totals(in_order)["rollout_id"].to_list() == sorted({r["rollout_id"] for r in rows})
+
+
+@pytest.mark.parametrize("kind", ["appends", "anywhere", "equal keys", "null keys", "no rows"])
+def test_in_order_merges_as_a_stable_sort_of_the_two_does(kind: str) -> None:
+    from ngcapture_viz.load._index_files import in_order
+
+    rng = random.Random(kind)
+    keys = ("rollout_id", "call_index", "tool_index")
+    rows = pl.DataFrame(
+        [{"rollout_id": f"r{rng.randrange(40):02d}", "call_index": rng.randrange(6),
+          "tool_index": rng.randrange(2), "seen": n} for n in range(400)],
+        schema={"rollout_id": pl.String(), "call_index": pl.Int64(), "tool_index": pl.Int32(),
+                "seen": pl.Int64()},
+    ).sort(*keys, maintain_order=True)  # fmt: skip
+    if kind == "no rows":
+        rows = rows.clear()
+    last = dict(rows.group_by("rollout_id").agg(pl.col("call_index").max()).iter_rows())
+    added = []
+    for n in range(60):
+        rollout_id = f"r{rng.randrange(45):02d}"  # some rollouts only in the added rows
+        if kind in ("appends", "no rows"):
+            call_index = last.get(rollout_id, -1) + 1 + rng.randrange(3)
+        elif kind == "equal keys":  # the same keys as a row: after it, as the sort keeps them
+            rollout_id, call_index, _, _ = rows.row(rng.randrange(rows.height))
+        else:
+            call_index = rng.randrange(6)
+        added.append({"rollout_id": None if kind == "null keys" and n % 7 == 0 else rollout_id,
+                      "call_index": call_index, "tool_index": rng.randrange(2), "seen": 1000 + n})  # fmt: skip
+    fresh = pl.DataFrame(added, schema={**rows.schema, "tool_index": pl.Int64()})  # cast on merge
+    expected = pl.concat([rows, fresh.cast(rows.schema)]).sort(*keys, maintain_order=True)
+    merged = in_order(rows, fresh, keys)
+    assert_frame_equal(merged, expected)  # the same rows in the same order, "seen" included
+    assert merged.schema == rows.schema
