@@ -32,7 +32,9 @@ class Merged:
     delta: IndexTables | None
 
 
-def merge_tables(root: Path, old: IndexTables | None, keep: set[str], result: ScanResult) -> Merged:
+def merge_tables(
+    root: Path, old: IndexTables | None, keep: pl.Series, result: ScanResult
+) -> Merged:
     """Kept rows of ``old`` (the files in ``keep``, before each one's ``consumed``) + the rows
     of ``result`` (paths made relative to ``root``)."""
     names = FILE_SCHEMA.names()
@@ -58,11 +60,11 @@ def merge_tables(root: Path, old: IndexTables | None, keep: set[str], result: Sc
             damaged=pl.concat([old.damaged, fresh[2]]),
             delta=IndexTables(fresh_states, *fresh),
         )
-    if old is None or not keep:
+    if old is None or keep.is_empty():
         kept_files = pl.DataFrame(schema=FILE_SCHEMA)
         kept = (CALLS.empty(), TOOL_CALLS.empty(), GAPS.empty())
     else:
-        kept_files = old.files.filter(pl.col("name").is_in(list(keep)))
+        kept_files = old.files.filter(pl.col("name").is_in(keep.implode()))
         boundary = kept_files.select("name", "consumed")
         kept = (
             _keep_rows(old.calls, boundary, "byte_offset"),
@@ -81,14 +83,18 @@ def merge_tables(root: Path, old: IndexTables | None, keep: set[str], result: Sc
 
 
 def _appends_only(
-    old: IndexTables, keep: set[str], result: ScanResult, fresh: pl.DataFrame
+    old: IndexTables, keep: pl.Series, result: ScanResult, fresh: pl.DataFrame
 ) -> bool:
     """Whether this refresh only appended to kept files and added new ones, leaving every
     old row in place (a torn tail read before, now completed, is an old row that goes)."""
-    if result.unreadable or len(keep) != old.files.height:
+    if result.unreadable or keep.n_unique() != old.files.height:
         return False
-    appended = old.files.join(fresh.select("name"), on="name", how="semi").select(
-        pl.col("name").alias("path"), "consumed"
+    # Only a file that held bytes after what was read of it (a torn tail) can have an old row
+    # at or after ``consumed``: the others need no look at the rows (~0.1 s at 1.8M calls).
+    appended = (
+        old.files.join(fresh.select("name"), on="name", how="semi")
+        .filter(pl.col("consumed") < pl.col("size"))
+        .select(pl.col("name").alias("path"), "consumed")
     )
     if appended.height == 0:
         return True

@@ -260,7 +260,7 @@ class CaptureIndex:
         stats.decoded = result.decoded
         return result
 
-    def _merge(self, old: IndexTables | None, keep: set[str], result: ScanResult) -> None:
+    def _merge(self, old: IndexTables | None, keep: pl.Series, result: ScanResult) -> None:
         """Kept rows (before each kept file's ``consumed``) + freshly parsed rows."""
         merged = merge_tables(self.root, old, keep, result)
         self.unreadable = result.unreadable
