@@ -192,10 +192,14 @@ def finish_rollouts(
     fields: list[dict[str, Any]],
     calls: pl.DataFrame,
     gaps: pl.DataFrame,
+    *,
+    totals: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """The rollouts frame: ``base`` (the fixed facts of each rollout and its ``EVIDENCE`` flag)
-    joined with call totals and gap counts, then the task-field columns attached by position."""
-    totals = call_totals(calls)
+    joined with call totals and gap counts, then the task-field columns attached by position.
+    ``totals``: ``call_totals(calls)``, when the caller has them already."""
+    if totals is None:
+        totals = call_totals(calls)
     gap_counts = (
         gaps.filter(pl.col("rollout_id").is_not_null())
         .group_by("rollout_id")

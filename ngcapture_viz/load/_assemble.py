@@ -62,6 +62,7 @@ class RunBuilder:
         self.gaps = GapRows()
         self.gap_frames: list[pl.DataFrame] = []
         self.store_rollouts = pl.DataFrame(schema=STORE_SCHEMA)
+        self.store_totals: pl.DataFrame | None = None  # the store calls' per-rollout totals
         self.records: RolloutSource | None = None
         self.failures: Failures | None = None
         self._failed_records: set[int] = set()  # id() of the records read from the failures
@@ -84,6 +85,7 @@ class RunBuilder:
                                workers=workers, progress=progress, verify=verify)  # fmt: skip
         self.index_stats = part.stats
         self.store_calls, self.store_tools = part.calls, part.tool_calls
+        self.store_totals = part.totals
         self.gap_frames.append(part.damaged)
         self.store_rollouts = part.rollouts
 
@@ -164,10 +166,14 @@ class RunBuilder:
         calls = self.store_calls.with_columns(run_col)
         tools = self.store_tools.with_columns(run_col)
         has_store = self.sources.capture_dir is not None
+        # The totals of the calls, when they are the store's alone (read with the index).
+        totals = self.store_totals if has_store else None
         if self.records is not None:
             a_calls, a_tools, a_metrics = self._attachment_frames()
             if has_store:
-                calls, tools = self._reconcile(calls, tools, a_calls, a_tools, a_metrics)
+                calls, tools, added = self._reconcile(calls, tools, a_calls, a_tools, a_metrics)
+                if added:
+                    totals = None
             else:
                 calls, tools = a_calls, a_tools
         calls = _sorted(CALLS.conform(calls), "rollout_id", "call_index")
@@ -178,7 +184,7 @@ class RunBuilder:
                 run_col
             )
         ).sort("rollout_id", "call_index", "code", "line_number", nulls_last=True)
-        rollouts = finish_rollouts(label, base, fields, calls, gaps)
+        rollouts = finish_rollouts(label, base, fields, calls, gaps, totals=totals)
         return RunFrames(calls=calls, rollouts=rollouts, gaps=gaps, tool_calls=tools)
 
     def _reconcile(
@@ -188,8 +194,10 @@ class RunBuilder:
         a_calls: pl.DataFrame,
         a_tools: pl.DataFrame,
         a_metrics: pl.DataFrame,
-    ) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """Compare attachments with the store; disagreements become gaps, nothing is dropped."""
+    ) -> tuple[pl.DataFrame, pl.DataFrame, bool]:
+        """Compare attachments with the store; disagreements become gaps, nothing is dropped.
+        Returns the calls and tool calls, and whether calls only an attachment holds were
+        added to the store's."""
         assert self.records is not None
         in_store = self.store_rollouts["rollout_id"]
         both = a_calls.filter(pl.col("rollout_id").is_in(in_store.implode()))
@@ -215,7 +223,8 @@ class RunBuilder:
                 source="comparison",
                 **row,
             )
-        store_totals = call_totals(calls).join(attached, on="rollout_id", how="semi")
+        totals = self.store_totals if self.store_totals is not None else call_totals(calls)
+        store_totals = totals.join(attached, on="rollout_id", how="semi")
         compared = store_totals.join(a_metrics, on="rollout_id", suffix="_attachment")
         for row in compared.iter_rows(named=True):
             differ = [
@@ -238,6 +247,7 @@ class RunBuilder:
         return (
             pl.concat([calls, CALLS.conform(only_attached)]),
             pl.concat([tools, TOOL_CALLS.conform(kept_tools)]),
+            only_attached.height > 0,
         )
 
     def _rollout_base(self) -> tuple[pl.DataFrame, list[dict[str, Any]]]:

@@ -38,6 +38,9 @@ class StorePart:
     damaged: pl.DataFrame  # damaged-line gap rows
     rollouts: pl.DataFrame  # STORE_SCHEMA: every rollout with a capture file or a marker
     stats: IndexStats
+    #: The calls' per-rollout totals (``frames.rollouts.call_totals``), when the index made
+    #: them as it read its saved tables (a warm open); ``None``: the run computes them.
+    totals: pl.DataFrame | None
 
 
 def read_store_part(
@@ -164,7 +167,7 @@ def read_store_part(
         schema=STORE_SCHEMA,
     )
     rollouts = pl.concat([with_file.cast(STORE_SCHEMA), without_file])
-    return StorePart(calls, idx.tool_calls, damaged, rollouts, stats)
+    return StorePart(calls, idx.tool_calls, damaged, rollouts, stats, idx.saved_totals())
 
 
 def _landed(calls: pl.DataFrame, named: set[tuple[str, str]]) -> set[tuple[str, str]]:

@@ -33,10 +33,13 @@ import polars as pl
 from ngcapture_viz.exceptions import CaptureIndexError
 from ngcapture_viz.frames.calls import CALLS
 from ngcapture_viz.frames.gaps import GAPS
+from ngcapture_viz.frames.rollouts import call_totals
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS
 from ngcapture_viz.load._index_files import (
     FILE_SCHEMA,
+    ORDER,
     IndexTables,
+    is_ordered,
     read_tables,
     write_delta,
     write_tables,
@@ -122,6 +125,7 @@ class CaptureIndex:
         self._journals: dict[str, Journals] = {}
         self._delta: IndexTables | None = None  # what an append adds, when only that
         self._loaded_from: Path | None = None
+        self._prepared: _Prepared | None = None
         self.listing = DirListing()
 
     def __repr__(self) -> str:
@@ -272,9 +276,15 @@ class CaptureIndex:
     # -- persistence ----------------------------------------------------------------------
 
     def _load(self) -> IndexTables | None:
+        """The saved tables, and (while the main thread still waits for the files' ``stat``)
+        what a warm open returns of them when no file moved: their frames with absolute paths
+        and the calls' per-rollout totals (~0.2 s at 1.8M calls, off the open's path)."""
         place = self.location()
         self._loaded_from = place
-        return None if place is None else read_tables(place)
+        tables = None if place is None else read_tables(place)
+        if tables is not None:
+            self._prepared = _Prepared.of(tables, self.root)
+        return tables
 
     def _save(self, old: IndexTables | None, marks: dict[str, list[int]]) -> Path:
         """Write a delta on top of the generation read, when the refresh only appended; else
@@ -315,11 +325,58 @@ class CaptureIndex:
 
     def frames_with_paths(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """The calls and damaged rows with absolute ``path`` values."""
-        prefix = str(self.root) + os.sep
-        absolute = pl.concat_str([pl.lit(prefix), pl.col("path")]).alias("path")
-        return (
-            self.calls.with_columns(absolute),
-            self.damaged.with_columns(absolute),
+        prepared = self._prepared_now()
+        if prepared is not None:
+            return prepared.calls, prepared.damaged
+        return _with_paths(self.calls, self.root), _with_paths(self.damaged, self.root)
+
+    def saved_totals(self) -> pl.DataFrame | None:
+        """The calls' per-rollout totals (``frames.rollouts.call_totals``), when the rows are
+        the saved tables' as read (made while they were read); ``None`` otherwise."""
+        prepared = self._prepared_now()
+        return prepared.totals if prepared is not None else None
+
+    def _prepared_now(self) -> _Prepared | None:
+        """What the saved tables gave, when the rows are still those tables' (no file moved)."""
+        prepared = self._prepared
+        if prepared is None or prepared.calls_read is not self.calls:
+            return None
+        if prepared.damaged_read is not self.damaged:
+            return None
+        return prepared
+
+
+def _with_paths(frame: pl.DataFrame, root: Path) -> pl.DataFrame:
+    prefix = str(root) + os.sep
+    return frame.with_columns(pl.concat_str([pl.lit(prefix), pl.col("path")]).alias("path"))
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """The saved tables' frames as a warm open returns them, made as they are read."""
+
+    calls_read: pl.DataFrame  # the tables as read: the rows are still these, or this is stale
+    damaged_read: pl.DataFrame
+    calls: pl.DataFrame  # with absolute paths
+    damaged: pl.DataFrame
+    totals: pl.DataFrame
+
+    @classmethod
+    def of(cls, tables: IndexTables, root: Path) -> _Prepared:
+        calls = _with_paths(tables.calls, root)
+        if (
+            calls.height
+            and not calls["rollout_id"].has_nulls()
+            and is_ordered(calls, ORDER["calls"])
+        ):
+            # As a generation keeps them: the totals then group runs of rows, not hashed ids.
+            calls = calls.with_columns(pl.col("rollout_id").set_sorted())
+        return cls(
+            tables.calls,
+            tables.damaged,
+            calls,
+            _with_paths(tables.damaged, root),
+            call_totals(calls),
         )
 
 

@@ -452,3 +452,38 @@ def test_only_a_warm_open_with_every_file_unchanged_plans_nothing_per_file(
     if change != "duplicate row":  # a damaged index is repaired, not promised to be equal
         assert _counters(_stats(run)) == counters
         _assert_same_as_plain_read(run, capture_dir)
+
+
+def test_a_warm_open_returns_the_frames_the_index_made_as_it_read_its_tables(
+    store: Path, line_factory: CaptureLineFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ngcapture_viz.frames.rollouts as rollouts_module
+    import ngcapture_viz.load.index as index_module
+
+    ngv.open_run(store)  # the index is written
+    made: dict[str, int] = {"index": 0, "run": 0}
+
+    def counting(where: str, real: Any) -> Any:
+        def totals(calls: pl.DataFrame) -> pl.DataFrame:
+            made[where] += 1
+            return real(calls)
+
+        return totals
+
+    monkeypatch.setattr(index_module, "call_totals", counting("index", index_module.call_totals))
+    monkeypatch.setattr(
+        rollouts_module, "call_totals", counting("run", rollouts_module.call_totals)
+    )
+    warm = ngv.open_run(store)
+    # Made once, beside the saved tables' reading; the run used them as they were.
+    assert made == {"index": 1, "run": 0}
+    assert warm.calls["path"].str.starts_with(str(store) + os.sep).all()
+    _assert_same_as_plain_read(warm, store)
+    # After an append the rows are no longer the saved tables': the run makes its own totals.
+    with (store / f"{ROLLOUT_IDS[0]}.capture.jsonl").open("ab") as handle:
+        handle.write(line_factory.line().to_jsonl())
+    made.update(index=0, run=0)
+    appended = ngv.open_run(store)
+    assert made["index"] == 1 and made["run"] >= 1
+    assert appended.calls.height == warm.calls.height + 1
+    _assert_same_as_plain_read(appended, store)
