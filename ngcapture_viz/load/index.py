@@ -272,6 +272,11 @@ class CaptureIndex:
         self.tool_calls, self.damaged = merged.tool_calls, merged.damaged
         if merged.delta is not None:
             self._delta = merged.delta
+            prepared = self._prepared
+            if old is not None and prepared is not None and prepared.calls_read is old.calls:
+                # Every old row stayed: only the rollouts with new calls have new totals.
+                self._prepared = prepared.appended(self.calls, self.damaged, merged.delta.calls,
+                                                   self.root)  # fmt: skip
 
     # -- persistence ----------------------------------------------------------------------
 
@@ -377,6 +382,22 @@ class _Prepared:
             calls,
             _with_paths(tables.damaged, root),
             call_totals(calls),
+        )
+
+    def appended(
+        self, calls: pl.DataFrame, damaged: pl.DataFrame, added: pl.DataFrame, root: Path
+    ) -> _Prepared:
+        """The same for ``calls`` and ``damaged``: these rows and the ``added`` calls, which
+        only append to their rollouts; the totals of the other rollouts stay as they are."""
+        touched = added["rollout_id"].unique().implode()
+        totals = pl.concat(
+            [
+                self.totals.filter(~pl.col("rollout_id").is_in(touched)),
+                call_totals(calls.filter(pl.col("rollout_id").is_in(touched))),
+            ]
+        )
+        return _Prepared(
+            calls, damaged, _with_paths(calls, root), _with_paths(damaged, root), totals
         )
 
 
