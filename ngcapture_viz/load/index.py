@@ -288,7 +288,10 @@ class CaptureIndex:
         self._loaded_from = place
         tables = None if place is None else read_tables(place)
         if tables is not None:
-            self._prepared = _Prepared.of(tables, self.root)
+            try:
+                self._prepared = _Prepared.of(tables, self.root)
+            except pl.exceptions.PolarsError:  # the open makes them itself, as it would anyway
+                self._prepared = None
         return tables
 
     def _save(self, old: IndexTables | None, marks: dict[str, list[int]]) -> Path:
