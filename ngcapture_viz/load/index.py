@@ -33,13 +33,10 @@ import polars as pl
 from ngcapture_viz.exceptions import CaptureIndexError
 from ngcapture_viz.frames.calls import CALLS
 from ngcapture_viz.frames.gaps import GAPS
-from ngcapture_viz.frames.rollouts import call_totals
 from ngcapture_viz.frames.tool_calls import TOOL_CALLS
 from ngcapture_viz.load._index_files import (
     FILE_SCHEMA,
-    ORDER,
     IndexTables,
-    is_ordered,
     read_tables,
     write_delta,
     write_tables,
@@ -49,6 +46,7 @@ from ngcapture_viz.load._journal_files import journal_marks
 from ngcapture_viz.load._listing import DirListing
 from ngcapture_viz.load._merge import merge_tables
 from ngcapture_viz.load._plan import plan_refresh
+from ngcapture_viz.load._prepared import Prepared, with_paths
 from ngcapture_viz.load._progress import progress_bar
 from ngcapture_viz.load._scan import FileTask, ScanResult, scan_files
 
@@ -125,7 +123,7 @@ class CaptureIndex:
         self._journals: dict[str, Journals] = {}
         self._delta: IndexTables | None = None  # what an append adds, when only that
         self._loaded_from: Path | None = None
-        self._prepared: _Prepared | None = None
+        self._prepared: Prepared | None = None
         self.listing = DirListing()
 
     def __repr__(self) -> str:
@@ -289,7 +287,7 @@ class CaptureIndex:
         tables = None if place is None else read_tables(place)
         if tables is not None:
             try:
-                self._prepared = _Prepared.of(tables, self.root)
+                self._prepared = Prepared.of(tables, self.root)
             except pl.exceptions.PolarsError:  # the open makes them itself, as it would anyway
                 self._prepared = None
         return tables
@@ -336,7 +334,7 @@ class CaptureIndex:
         prepared = self._prepared_now()
         if prepared is not None:
             return prepared.calls, prepared.damaged
-        return _with_paths(self.calls, self.root), _with_paths(self.damaged, self.root)
+        return with_paths(self.calls, self.root), with_paths(self.damaged, self.root)
 
     def saved_totals(self) -> pl.DataFrame | None:
         """The calls' per-rollout totals (``frames.rollouts.call_totals``), when the rows are
@@ -344,64 +342,10 @@ class CaptureIndex:
         prepared = self._prepared_now()
         return prepared.totals if prepared is not None else None
 
-    def _prepared_now(self) -> _Prepared | None:
+    def _prepared_now(self) -> Prepared | None:
         """What the saved tables gave, when the rows are still those tables' (no file moved)."""
         prepared = self._prepared
-        if prepared is None or prepared.calls_read is not self.calls:
-            return None
-        if prepared.damaged_read is not self.damaged:
-            return None
-        return prepared
-
-
-def _with_paths(frame: pl.DataFrame, root: Path) -> pl.DataFrame:
-    prefix = str(root) + os.sep
-    return frame.with_columns(pl.concat_str([pl.lit(prefix), pl.col("path")]).alias("path"))
-
-
-@dataclass(frozen=True)
-class _Prepared:
-    """The saved tables' frames as a warm open returns them, made as they are read."""
-
-    calls_read: pl.DataFrame  # the tables as read: the rows are still these, or this is stale
-    damaged_read: pl.DataFrame
-    calls: pl.DataFrame  # with absolute paths
-    damaged: pl.DataFrame
-    totals: pl.DataFrame
-
-    @classmethod
-    def of(cls, tables: IndexTables, root: Path) -> _Prepared:
-        calls = _with_paths(tables.calls, root)
-        if (
-            calls.height
-            and not calls["rollout_id"].has_nulls()
-            and is_ordered(calls, ORDER["calls"])
-        ):
-            # As a generation keeps them: the totals then group runs of rows, not hashed ids.
-            calls = calls.with_columns(pl.col("rollout_id").set_sorted())
-        return cls(
-            tables.calls,
-            tables.damaged,
-            calls,
-            _with_paths(tables.damaged, root),
-            call_totals(calls),
-        )
-
-    def appended(
-        self, calls: pl.DataFrame, damaged: pl.DataFrame, added: pl.DataFrame, root: Path
-    ) -> _Prepared:
-        """The same for ``calls`` and ``damaged``: these rows and the ``added`` calls, which
-        only append to their rollouts; the totals of the other rollouts stay as they are."""
-        touched = added["rollout_id"].unique().implode()
-        totals = pl.concat(
-            [
-                self.totals.filter(~pl.col("rollout_id").is_in(touched)),
-                call_totals(calls.filter(pl.col("rollout_id").is_in(touched))),
-            ]
-        )
-        return _Prepared(
-            calls, damaged, _with_paths(calls, root), _with_paths(damaged, root), totals
-        )
+        return prepared if prepared is not None and prepared.holds(self) else None
 
 
 def _empty_delta() -> IndexTables:

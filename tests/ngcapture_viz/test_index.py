@@ -458,7 +458,7 @@ def test_a_warm_open_returns_the_frames_the_index_made_as_it_read_its_tables(
     store: Path, line_factory: CaptureLineFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import ngcapture_viz.frames.rollouts as rollouts_module
-    import ngcapture_viz.load.index as index_module
+    import ngcapture_viz.load._prepared as prepared_module
 
     ngv.open_run(store)  # the index is written
     made: dict[str, int] = {"index": 0, "run": 0}
@@ -470,7 +470,9 @@ def test_a_warm_open_returns_the_frames_the_index_made_as_it_read_its_tables(
 
         return totals
 
-    monkeypatch.setattr(index_module, "call_totals", counting("index", index_module.call_totals))
+    monkeypatch.setattr(
+        prepared_module, "call_totals", counting("index", prepared_module.call_totals)
+    )
     monkeypatch.setattr(
         rollouts_module, "call_totals", counting("run", rollouts_module.call_totals)
     )
