@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 #: Bumped whenever a table's meaning changes: an index of another format is rebuilt.
-FORMAT: Final = 6  # 4: tool_calls.choice_index; 5: deltas; 6: SHA-256 file hashes
+FORMAT: Final = 7  # 4: tool_calls.choice_index; 5: deltas; 6: SHA-256 file hashes; 7: XXH3
 #: Deltas kept before the next refresh folds them into a new generation.
 MAX_DELTAS: Final = 8
 #: LZ4: writes the calls of 250 MB of capture in 42 ms against zstd's 69 ms and reads them in

@@ -7,13 +7,13 @@ Only the scanning is kept; the index bookkeeping lives in the product.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 import polars as pl
+import xxhash
 
 from capture_core import (
     DamagedLine,
@@ -86,7 +86,7 @@ def fingerprint(fd: int, start: int, end: int) -> str:
 
 
 def _digest(data: bytes | memoryview) -> str:
-    return hashlib.sha256(data).hexdigest()[:24]  # as the index hashes since issue 19
+    return str(xxhash.xxh3_128_hexdigest(data))  # as the index hashes (format 7)
 
 
 def _fingerprint_read(fd: int, content: bytes, offset: int, start: int, end: int) -> str:
