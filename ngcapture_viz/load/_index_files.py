@@ -46,7 +46,8 @@ __all__ = [
 ]
 
 #: Bumped whenever a table's meaning changes: an index of another format is rebuilt.
-FORMAT: Final = 7  # 4: tool_calls.choice_index; 5: deltas; 6: SHA-256 file hashes; 7: XXH3
+#: 4: tool_calls.choice_index; 5: deltas; 6: SHA-256 file hashes; 7: XXH3; 8: inode unsigned.
+FORMAT: Final = 8
 #: Deltas kept before the next refresh folds them into a new generation.
 MAX_DELTAS: Final = 8
 #: LZ4: writes the calls of 250 MB of capture in 42 ms against zstd's 69 ms and reads them in
@@ -59,7 +60,7 @@ FILE_SCHEMA: Final = pl.Schema(
         "rollout_id": pl.String(),
         "size": pl.Int64(),
         "mtime_ns": pl.Int64(),
-        "inode": pl.Int64(),
+        "inode": pl.UInt64(),  # st_ino is unsigned: some file systems use all 64 bits
         "consumed": pl.Int64(),
         "next_call_index": pl.Int64(),
         "next_line": pl.Int64(),

@@ -239,7 +239,7 @@ class Journals:
                 files = list(self._stats)
                 now = pl.LazyFrame(
                     {"file": files, "inode": [self._stats[name].st_ino for name in files]},
-                    schema={"file": pl.String(), "inode": pl.Int64()},
+                    schema={"file": pl.String(), "inode": pl.UInt64()},
                 )
             try:
                 frame = (

@@ -25,7 +25,7 @@ __all__ = ["DirListing", "content_matches", "prefix_matches"]
 
 
 STAT_SCHEMA: Final = pl.Schema(
-    {"name": pl.String(), "now_inode": pl.Int64(), "now_size": pl.Int64(), "now_mtime": pl.Int64()}
+    {"name": pl.String(), "now_inode": pl.UInt64(), "now_size": pl.Int64(), "now_mtime": pl.Int64()}
 )
 
 
@@ -129,7 +129,7 @@ _FILE_TYPE: Final = 0o170000  # stat.S_IFMT's mask
 _REGULAR: Final = 0o100000  # stat.S_IFREG
 #: Each listed name's stat, as columns (``mode`` -1: not stated).
 _COLUMNS: Final = pl.Schema(
-    {"inode": pl.Int64(), "size": pl.Int64(), "mtime": pl.Int64(), "mode": pl.Int64()}
+    {"inode": pl.UInt64(), "size": pl.Int64(), "mtime": pl.Int64(), "mode": pl.Int64()}
 )
 
 

@@ -19,7 +19,8 @@ __all__ = [
 ]
 
 #: What a segment holds (its columns and what decoded them); part of its name.
-SEGMENT_FORMAT: Final = 1
+#: 2: ``inode`` unsigned.
+SEGMENT_FORMAT: Final = 2
 SEGMENT_SUFFIX: Final = ".parquet"
 #: Bytes at the end of a segment's stretch whose hash is in its name.
 TAIL_BYTES: Final = 256
@@ -66,7 +67,7 @@ SEGMENT_SCHEMA: Final = {
     "length": pl.Int64(),
     "size": pl.Int64(),
     "mtime_ns": pl.Int64(),
-    "inode": pl.Int64(),
+    "inode": pl.UInt64(),  # st_ino is unsigned: some file systems use all 64 bits
     "size_before": pl.Int64(),
     "mtime_before_ns": pl.Int64(),
     "model_call_id": pl.String(),
