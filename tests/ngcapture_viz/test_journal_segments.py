@@ -564,6 +564,23 @@ def test_compacting_removes_segments_of_a_replaced_journal_and_abandoned_files(
     assert left == {journal.name, new.name, running.name}, (other_format, left)
 
 
+def test_compacting_removes_older_format_segments_and_keeps_newer_ones(tmp_path: Path) -> None:
+    """After an upgrade the old format's segments are dead weight (no reader of this version
+    reads them); a newer version's are some other reader's, and stay."""
+    root = tmp_path / "calls"
+    _store(root, files=4)
+    journal = _journal_path(root)
+    (first,) = map(Path, write_segments(str(journal)))
+    older = _renamed(first, format=SEGMENT_FORMAT - 1)
+    (second,) = map(Path, write_segments(str(journal)))
+    newer = _renamed(second, format=SEGMENT_FORMAT + 1)
+    (current,) = map(Path, write_segments(str(journal)))
+    assert not older.exists()
+    left = {path.name for path in journal.parent.iterdir()}
+    assert left == {journal.name, newer.name, current.name}
+    assert _name_part(current, "format") == SEGMENT_FORMAT
+
+
 def test_compacting_a_journal_it_cannot_write_beside_fails_with_the_reason(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -48,6 +48,7 @@ class Segment:
     first_line: int
     end_line: int
     tail: str
+    format: int = SEGMENT_FORMAT  # the format its name says (``named_segments(any_format=True)``)
 
     def name_for(self, journal_name: str) -> str:
         """The file name of this segment of the journal named ``journal_name``."""
@@ -80,9 +81,8 @@ def named_segments(
         first, last = int(match["first"]), int(match["last"])
         if start < end and first <= last:
             inode = int(match["inode"])
-            found.append(
-                Segment(os.path.join(folder, name), inode, start, end, first, last, match["tail"])
-            )
+            path, tail, number = os.path.join(folder, name), match["tail"], int(match["format"])
+            found.append(Segment(path, inode, start, end, first, last, tail, number))
     return found
 
 

@@ -25,7 +25,12 @@ from ngcapture_viz.load.journal_segments.chain import (
     segment_chain,
     tail_hash,
 )
-from ngcapture_viz.load.journal_segments.schema import ENVELOPE_COLUMNS, SEGMENT_SCHEMA, TOOL_TYPE
+from ngcapture_viz.load.journal_segments.schema import (
+    ENVELOPE_COLUMNS,
+    SEGMENT_FORMAT,
+    SEGMENT_SCHEMA,
+    TOOL_TYPE,
+)
 
 __all__ = ["entry_frame", "journal_files", "write_segments"]
 
@@ -85,9 +90,10 @@ def write_segments(journal_path: str) -> list[str]:
 
 def _remove_stale(folder: str, journal_name: str, names: Sequence[str], inode: int) -> None:
     """Remove segments named for ``journal_name`` as another inode (no journal will match
-    them again) and abandoned temporary files."""
+    them again) or in an older format (no reader of this version reads them; a newer
+    version's are left alone), and abandoned temporary files."""
     stale = [s.path for s in named_segments(folder, journal_name, names, any_format=True)
-             if s.inode != inode]  # fmt: skip
+             if s.inode != inode or s.format < SEGMENT_FORMAT]  # fmt: skip
     now = time.time()
     for name in names:
         if name.startswith(_TEMPORARY_PREFIX):
