@@ -363,6 +363,41 @@ def test_racy_files_are_hash_checked_once_then_trusted_again(
     assert _stats(second).reused == 3
 
 
+@pytest.mark.parametrize("new_file", [False, True], ids=["same names", "a file added"])
+def test_racy_files_checked_beside_an_append_are_kept_and_only_the_append_is_read(
+    capture_dir: Path,
+    line_factory: CaptureLineFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    new_file: bool,
+) -> None:
+    """The planner compares a listing whose names are the index's row by row, and any other
+    listing through a join: either way a racy file whose hash still matches is kept, and only
+    the file that grew (and a new one) is read."""
+    import ngcapture_viz.load.index as index_module
+
+    lines = list(line_factory.lines(6))
+    for number, line in enumerate(lines[:4]):
+        write_capture(capture_dir, f"{number}-0", [line])
+    newest = max(p.stat().st_mtime_ns for p in capture_dir.glob("*.capture.jsonl"))
+    clock = [newest + 1_000_000_000]
+    monkeypatch.setattr(index_module.time, "time_ns", lambda: clock[0])
+    ngv.open_run(capture_dir)  # every file racy: its whole hash kept
+    grown = capture_dir / "2-0.capture.jsonl"
+    with grown.open("ab") as handle:
+        handle.write(lines[4].to_jsonl())
+    if new_file:
+        write_capture(capture_dir, "9-0", [lines[5]])
+    clock[0] = max(p.stat().st_mtime_ns for p in capture_dir.glob("*.capture.jsonl"))
+    clock[0] += 3_000_000_000
+    run = ngv.open_run(capture_dir)
+    stats = _stats(run)
+    assert (stats.reused, stats.appended, stats.new, stats.removed) == (3, 1, int(new_file), 0)
+    assert stats.bytes_parsed == len(lines[4].to_jsonl()) + (
+        len(lines[5].to_jsonl()) if new_file else 0
+    )
+    _assert_same_as_plain_read(run, capture_dir)
+
+
 def test_an_unwritable_index_warns_and_keeps_the_rows(
     capture_dir: Path,
     line_factory: CaptureLineFactory,
