@@ -71,6 +71,10 @@ FILE_SCHEMA: Final = pl.Schema(
     }
 )
 
+#: What every ``files`` row has (the hashes are null for a file read from a journal).
+_STATE_COLUMNS: Final = ("name", "rollout_id", "size", "mtime_ns", "inode", "consumed",
+                         "next_call_index", "next_line", "scanned_ns")  # fmt: skip
+
 
 @dataclass
 class IndexTables:
@@ -134,6 +138,8 @@ def read_tables(place: Path) -> IndexTables | None:
             else:
                 frames[table] = pl.concat(parts, how="vertical_relaxed")
         files = frames["files"].cast(dict(FILE_SCHEMA))  # type: ignore[arg-type]
+        if files.select(pl.col(_STATE_COLUMNS).null_count()).sum_horizontal().item():
+            return None  # a damaged table: no state to compare a file with, so rebuild
         if deltas:  # a delta's file rows replace the earlier rows of those files
             files = files.unique("name", keep="last", maintain_order=True).sort("name")
         return IndexTables(

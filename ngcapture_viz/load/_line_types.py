@@ -29,6 +29,9 @@ __all__ = [
 
 _I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 _COUNT = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+#: An inode number: a negative one is a damaged entry. (``st_ino`` is unsigned 64-bit;
+#: msgspec bounds stop at int64, so a larger one decodes, and matches no file.)
+_INODE = Annotated[int, msgspec.Meta(ge=0)]
 _EMPTY_RAW: Final = msgspec.Raw()
 #: Unix seconds that certainly convert to a datetime (years 1970 to 8307); others go the
 #: exact way, which rejects what ``datetime`` cannot represent.
@@ -148,13 +151,13 @@ class JournalLine(FastLine, kw_only=True):
     reads of a capture line, and where that line is."""
 
     file: str
-    offset: int
-    length: int
-    size: int
-    mtime_ns: int
-    inode: int
-    size_before: int
-    mtime_before_ns: int
+    offset: _I64
+    length: _I64
+    size: _I64
+    mtime_ns: _I64
+    inode: _INODE
+    size_before: _I64
+    mtime_before_ns: _I64
 
 
 #: Decodes a journal entry (``_journal``, and ``journal_segments``, which must agree).

@@ -71,8 +71,7 @@ def plan_refresh(
     previous: dict[str, dict[str, Any]] = {}
     outside: pl.Series | None = None  # by row of the listing: not kept (aligned rows only)
     if old is not None:
-        joined, judged, recheck, aligned = _compare(listing, old)
-        keep = judged.fill_null(False)
+        joined, keep, recheck, aligned = _compare(listing, old)
         if aligned and keep.all():  # the usual warm open
             plan.reused, plan.everything_kept = keep.len(), True
             return plan
@@ -96,8 +95,7 @@ def plan_refresh(
         if outside is not None and checked_rows:
             outside = outside.scatter(checked_rows, False)
         plan.reused = kept.n_unique() if outside is None else kept.len()
-        # A row with a null (a damaged files table) is neither kept nor read on: read anew.
-        changed = joined.filter(~judged).select(old.files.columns)
+        changed = joined.filter(~keep).select(old.files.columns)
         matched = set(checked)
         previous = {
             row["name"]: row for row in changed.iter_rows(named=True) if row["name"] not in matched
@@ -178,8 +176,9 @@ def _compare(
     listing: DirListing, old: IndexTables
 ) -> tuple[pl.DataFrame, pl.Series, pl.Series, bool]:
     """The listing's stats beside the index's file states (``joined``), and per row whether
-    the file is unchanged and not racy (``judged``) or unchanged but racy (``recheck``: its
-    content hash decides); null where a damaged files table leaves it unknown.
+    the file is unchanged and not racy (``keep``) or unchanged but racy (``recheck``: its
+    content hash decides). The saved states have no nulls (``read_tables`` refuses a table
+    with any).
 
     ``aligned``: the rows are the listing's data files, in order (the listing's names, each
     once and sorted, are the index's row for row). They are then compared side by side: no

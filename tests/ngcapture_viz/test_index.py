@@ -364,15 +364,17 @@ def test_racy_files_are_hash_checked_once_then_trusted_again(
 
 
 @pytest.mark.parametrize("new_file", [False, True], ids=["same names", "a file added"])
-def test_racy_files_checked_beside_an_append_are_kept_and_only_the_append_is_read(
+def test_racy_files_checked_beside_an_append_are_kept_and_only_what_moved_is_read(
     capture_dir: Path,
     line_factory: CaptureLineFactory,
     monkeypatch: pytest.MonkeyPatch,
     new_file: bool,
 ) -> None:
-    """The planner compares a listing whose names are the index's row by row, and any other
-    listing through a join: either way a racy file whose hash still matches is kept, and only
-    the file that grew (and a new one) is read."""
+    """The planner compares a listing whose names are the index's row by row side by side,
+    and any other listing through a join: either way a racy file whose hash still matches is
+    kept, one whose bytes changed under the same size and mtime is read again, and only the
+    file that grew (and a new one, here between two others) is read on."""
+    import ngcapture_viz.load._plan as plan_module
     import ngcapture_viz.load.index as index_module
 
     lines = list(line_factory.lines(6))
@@ -385,16 +387,57 @@ def test_racy_files_checked_beside_an_append_are_kept_and_only_the_append_is_rea
     grown = capture_dir / "2-0.capture.jsonl"
     with grown.open("ab") as handle:
         handle.write(lines[4].to_jsonl())
+    rewritten = capture_dir / "3-0.capture.jsonl"
+    before = rewritten.stat()
+    data = lines[3].to_jsonl()
+    rewritten.write_bytes(data.replace(lines[3].model_call_id.encode(), b"e" * 32, 1))
+    os.utime(rewritten, ns=(before.st_atime_ns, before.st_mtime_ns))  # a fast rewrite
     if new_file:
-        write_capture(capture_dir, "9-0", [lines[5]])
+        write_capture(capture_dir, "1-5", [lines[5]])  # sorts between 1-0 and 2-0
+    compared: list[bool] = []
+    real_compare = plan_module._compare
+
+    def spy(*args: Any) -> Any:
+        found = real_compare(*args)
+        compared.append(found[-1])
+        return found
+
+    monkeypatch.setattr(plan_module, "_compare", spy)
     clock[0] = max(p.stat().st_mtime_ns for p in capture_dir.glob("*.capture.jsonl"))
     clock[0] += 3_000_000_000
     run = ngv.open_run(capture_dir)
+    assert compared == [not new_file]  # side by side, or through the join
     stats = _stats(run)
-    assert (stats.reused, stats.appended, stats.new, stats.removed) == (3, 1, int(new_file), 0)
-    assert stats.bytes_parsed == len(lines[4].to_jsonl()) + (
-        len(lines[5].to_jsonl()) if new_file else 0
+    assert (stats.reused, stats.appended, stats.reread, stats.new, stats.removed) == (
+        2, 1, 1, int(new_file), 0,
+    )  # fmt: skip
+    assert stats.bytes_parsed == sum(
+        len(line.to_jsonl()) for line in (lines[4], lines[3], *lines[5:6] * new_file)
     )
+    assert "e" * 32 in run.calls["model_call_id"].to_list()
+    _assert_same_as_plain_read(run, capture_dir)
+
+
+def test_a_files_table_with_a_null_state_is_rebuilt(
+    capture_dir: Path, line_factory: CaptureLineFactory
+) -> None:
+    """A damaged index (a null where every file state has a value) is no index: the open
+    parses again instead of comparing a file with a state it does not have."""
+    lines = list(line_factory.lines(3))
+    for number, line in enumerate(lines[:2]):
+        write_capture(capture_dir, f"{number}-0", [line])
+    ngv.open_run(capture_dir)
+    (table,) = (capture_dir / INDEX_DIR_NAME).glob("files-*.parquet")
+    files = pl.read_parquet(table)
+    damaged = files.with_columns(
+        pl.when(pl.col("name") == "0-0.capture.jsonl").then(None).otherwise(pl.col("consumed"))
+        .alias("consumed")
+    )  # fmt: skip
+    damaged.write_parquet(table)
+    with (capture_dir / "0-0.capture.jsonl").open("ab") as handle:
+        handle.write(lines[2].to_jsonl())
+    run = ngv.open_run(capture_dir)
+    assert (_stats(run).reused, _stats(run).new) == (0, 2)
     _assert_same_as_plain_read(run, capture_dir)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -188,8 +189,9 @@ def _stamp(paths: list[Path]) -> dict[Path, tuple[int, int, bytes]]:
 
 def _damage(root: Path) -> tuple[int, int]:
     """A journal with a garbage line and a blank line inserted in the middle, an entry torn
-    (its file no longer covered), entries whose facts are of another version or absent, and
-    a torn last entry; plus calls journaled without facts. Returns (lines, bad lines)."""
+    (its file no longer covered), entries whose facts are of another version or absent,
+    entries with a negative inode, one past 64 bits and an offset past 63 bits, and a torn
+    last entry; plus calls journaled without facts. Returns (lines, bad lines)."""
     store, writer = CaptureStore(root), CaptureWriter(root)
     try:
         for rollout, line in zip(("2-0", "nofacts-0"), _lines(51, 2), strict=True):
@@ -207,9 +209,13 @@ def _damage(root: Path) -> tuple[int, int]:
     bare = orjson.loads(entries[12])
     del bare[FACTS_KEY]  # no facts at all
     entries[12] = orjson.dumps(bare) + b"\n"
+    for number, field, value in ((14, "inode", -1), (15, "inode", 2**70), (16, "offset", 2**70)):
+        wrong = orjson.loads(entries[number])
+        wrong[field] = value  # no file's: its file is read from its lines
+        entries[number] = json.dumps(wrong).encode() + b"\n"  # orjson stops at 64 bits
     entries[20:20] = [b"\x00garbage{\n", b"\n"]  # extra lines: every later line moves down
     path.write_bytes(b"".join(entries) + b'{"file": "torn')
-    return len(entries), 3
+    return len(entries), 6
 
 
 @pytest.mark.parametrize("journal", ["clean", "damaged"])
@@ -456,7 +462,7 @@ _PINNED_FIELDS = ("model_call_id", "dialect", "model_ref", "started_at", "comple
                   "length", "size", "mtime_ns", "inode", "size_before", "mtime_before_ns")  # fmt: skip
 _PINNED = {
     1: "45abab866cff3b3f5e5532415b89d1dc3d596c528d101b63109ec55fcb60ef48",
-    2: "62d1920c5a7f48b1b5c8b20d813e8fe49415063e07b3d48b042787d2c2449878",  # inode unsigned
+    2: "6aac4684627c8dd2db49997e114a5a2c32b346af347c80b1e8e158baf33378bd",  # unsigned inodes
 }
 
 

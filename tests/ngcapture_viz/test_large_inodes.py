@@ -125,6 +125,22 @@ def test_a_store_whose_inodes_use_the_top_bit_opens_cold_warm_and_after_appends(
     assert third.index_stats is not None and third.index_stats.reread == 1
     _same(third, _plain(root, monkeypatch))
 
+    # Replaced by a copy of the same size and mtime: only the inode tells (its low bits, the
+    # top one set in both), and the file is read again.
+    replaced = root / "4-0.capture.jsonl"
+    before = os.stat(replaced)
+    copy = root / "copy.tmp"
+    shutil.copyfile(replaced, copy)
+    os.utime(copy, ns=(before.st_atime_ns, before.st_mtime_ns))
+    os.replace(copy, replaced)
+    after = os.stat(replaced)
+    assert after.st_ino != before.st_ino and after.st_ino >> 63 == before.st_ino >> 63 == 1
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    fourth = ngv.open_run(root, progress=False, index_dir=index_dir)
+    assert fourth.index_stats is not None
+    assert (fourth.index_stats.reread, fourth.index_stats.reused) == (1, len(counts))
+    _same(fourth, third)
+
 
 @pytest.mark.usefixtures("wide_inodes")
 def test_journal_segments_hold_inodes_that_use_the_top_bit(

@@ -35,6 +35,7 @@ from ngcapture_viz.load.journal_segments.schema import (
 __all__ = ["entry_frame", "journal_files", "write_segments"]
 
 _TEMPORARY_PREFIX: Final = ".segment-"
+_MAX_INODE: Final = 2**64 - 1
 #: A temporary file this old is one a killed ``write_segments`` left behind.
 _ABANDONED_S: Final = 3600.0
 
@@ -109,8 +110,11 @@ def _remove_stale(folder: str, journal_name: str, names: Sequence[str], inode: i
 def entry_frame(entries: Sequence[JournalLine | None], first_line: int) -> pl.DataFrame:
     """The segment rows of decoded entries (``None``: a line that did not decode, left out),
     the first being line ``first_line`` of the journal."""
-    lines = [first_line + number for number, entry in enumerate(entries) if entry is not None]
-    kept = [entry for entry in entries if entry is not None]
+    # An inode past 64 bits decodes (msgspec's bounds stop at int64) but is no file's:
+    # left out, as a line that does not decode.
+    usable = [entry is not None and entry.inode <= _MAX_INODE for entry in entries]
+    lines = [first_line + number for number, ok in enumerate(usable) if ok]
+    kept = [entry for entry, ok in zip(entries, usable, strict=True) if entry is not None and ok]
     column = columns_of(kept, JournalLine)
     refs = column["model_ref"]
     facts = column["ngcapture_facts"]
