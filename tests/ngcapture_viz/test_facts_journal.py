@@ -74,6 +74,18 @@ def _append(store: CaptureStore, writer: CaptureWriter, rollout: str, line: dict
     writer.note_facts(f"{rollout}{DATA_SUFFIX}", store.append(rollout, line), line)
 
 
+def _writer_appends(root: Path, seed: int, rollouts: tuple[str, ...]) -> CaptureStore:
+    """One line appended to each of ``rollouts`` through a writer that journals them; the
+    store, for appends of another writer."""
+    store, writer = CaptureStore(root), CaptureWriter(root)
+    try:
+        for line, rollout in zip(_lines(seed, len(rollouts)), rollouts, strict=True):
+            _append(store, writer, rollout, line)
+    finally:
+        writer.close()
+    return store
+
+
 def _tasks(module: Any, root: Path, scan_ns: int) -> list[Any]:
     names = sorted(n for n in os.listdir(root) if n.endswith(DATA_SUFFIX))
     return [
@@ -326,12 +338,7 @@ def test_open_run_and_its_index_refresh_read_the_journal(
     assert run.index_stats is not None
     assert run.index_stats.decoded.get("journal") == sum(counts.values())
     _same_as_lines(run, root, tmp_path)
-    store, writer = CaptureStore(root), CaptureWriter(root)
-    try:
-        for line, rollout in zip(_lines(7, 3), ("0-0", "1-0", "new-0"), strict=True):
-            _append(store, writer, rollout, line)
-    finally:
-        writer.close()
+    store = _writer_appends(root, 7, ("0-0", "1-0", "new-0"))
     again = ngv.open_run(root, progress=False, index_dir=tmp_path / "index")
     assert again.index_stats is not None
     assert (again.index_stats.appended, again.index_stats.new) == (2, 1)

@@ -21,12 +21,10 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import ngcapture_viz as ngv
-from capture_core import CaptureStore
-from capture_core.writers import CaptureWriter
 from ngcapture_viz.load import _file_state
 from ngcapture_viz.load import _plan as plan_module
 from ngcapture_viz.load.journal_segments import journal_files, write_segments
-from tests.ngcapture_viz.test_facts_journal import _append, _lines, _store
+from tests.ngcapture_viz.test_facts_journal import _lines, _store, _writer_appends
 
 TOP_BIT = 1 << 63
 _REAL = {name: getattr(os, name) for name in ("stat", "fstat", "lstat")}
@@ -107,12 +105,7 @@ def test_a_store_whose_inodes_use_the_top_bit_opens_cold_warm_and_after_appends(
     _same(warm, cold)
 
     # Appends through the journaling writer: read from the journal, from where it ended.
-    store, writer = CaptureStore(root), CaptureWriter(root)
-    try:
-        for line, rollout in zip(_lines(7, 3), ("0-0", "1-0", "new-0"), strict=True):
-            _append(store, writer, rollout, line)
-    finally:
-        writer.close()
+    store = _writer_appends(root, 7, ("0-0", "1-0", "new-0"))
     again = ngv.open_run(root, progress=False, index_dir=index_dir)
     assert again.index_stats is not None
     assert (again.index_stats.appended, again.index_stats.new) == (2, 1)
