@@ -72,22 +72,16 @@ def plan_refresh(
     outside: pl.Series | None = None  # by row of the listing: not kept (aligned rows only)
     if old is not None:
         joined, keep, recheck, aligned = _compare(listing, old)
-        if aligned and keep.all():  # the usual warm open
-            plan.reused, plan.everything_kept = keep.len(), True
+        # Every file listed is one the index holds, unchanged and not racy, and the index
+        # holds no other (the usual warm open): nothing to read, nothing to build per file.
+        # Through the join, distinct names count: a damaged files table holding a name twice
+        # must not stand in for a file it lacks.
+        unchanged = int(keep.sum()) if aligned else joined["name"].filter(keep).n_unique()
+        if unchanged == listing.data_frame.height == old.files.height:
+            plan.reused, plan.everything_kept = unchanged, True
             return plan
         if aligned:
             outside = ~keep
-        # Distinct names: a damaged files table holding a name twice must not stand in for a
-        # file it lacks.
-        elif (
-            (unchanged := joined["name"].filter(keep).n_unique())
-            == listing.data_frame.height
-            == old.files.height
-        ):
-            # Every file listed is one the index holds, unchanged and not racy, and the index
-            # holds no other: nothing to read, nothing to build per file.
-            plan.reused, plan.everything_kept = unchanged, True
-            return plan
         checked, checked_rows = _content_checked(root, joined, recheck, scan_ns, plan.settled)
         kept = pl.concat(
             [joined["name"].filter(keep), pl.Series("name", checked, dtype=pl.String())]

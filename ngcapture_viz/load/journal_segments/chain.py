@@ -81,8 +81,8 @@ def named_segments(
         first, last = int(match["first"]), int(match["last"])
         if start < end and first <= last:
             inode = int(match["inode"])
-            path, tail, number = os.path.join(folder, name), match["tail"], int(match["format"])
-            found.append(Segment(path, inode, start, end, first, last, tail, number))
+            path, kind = os.path.join(folder, name), int(match["format"])
+            found.append(Segment(path, inode, start, end, first, last, match["tail"], kind))
     return found
 
 
