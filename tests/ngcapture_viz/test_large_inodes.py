@@ -18,13 +18,13 @@ from typing import Any
 
 import polars as pl
 import pytest
-from polars.testing import assert_frame_equal
 
 import ngcapture_viz as ngv
 from ngcapture_viz.load import _file_state
 from ngcapture_viz.load import _plan as plan_module
 from ngcapture_viz.load.journal_segments import journal_files, write_segments
 from tests.ngcapture_viz.test_facts_journal import _lines, _store, _writer_appends
+from tests.ngcapture_viz.test_journal_segments import _assert_same
 
 TOP_BIT = 1 << 63
 _REAL = {name: getattr(os, name) for name in ("stat", "fstat", "lstat")}
@@ -58,21 +58,6 @@ def wide_inodes(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(module, "RACY_NS", 0)  # files written a moment ago count as old
 
 
-def _frames(run: Any) -> dict[str, pl.DataFrame]:
-    out = {}
-    for name in ("calls", "tool_calls", "gaps", "rollouts"):
-        frame = getattr(run, name)
-        keys = [c for c in ("rollout_id", "call_index", "tool_index", "code") if c in frame.columns]
-        out[name] = frame.sort(keys, nulls_last=True)
-    return out
-
-
-def _same(run: Any, expected: Any) -> None:
-    mine, theirs = _frames(run), _frames(expected)
-    for name in mine:
-        assert_frame_equal(mine[name], theirs[name], check_exact=True)
-
-
 def _plain(root: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """The same store read line by line with the real inode numbers, no index."""
     with monkeypatch.context() as plain:
@@ -94,7 +79,7 @@ def test_a_store_whose_inodes_use_the_top_bit_opens_cold_warm_and_after_appends(
     cold = ngv.open_run(root, progress=False, index_dir=index_dir)
     assert cold.index_stats is not None
     assert cold.index_stats.decoded.get("journal") == sum(counts.values())
-    _same(cold, _plain(root, monkeypatch))
+    _assert_same(cold, _plain(root, monkeypatch))
     files = pl.read_parquet(next(index_dir.glob("files-*.parquet")))
     assert files["inode"].dtype == pl.UInt64()
     assert files["inode"].min() >= TOP_BIT
@@ -102,7 +87,7 @@ def test_a_store_whose_inodes_use_the_top_bit_opens_cold_warm_and_after_appends(
     warm = ngv.open_run(root, progress=False, index_dir=index_dir)
     assert warm.index_stats is not None
     assert warm.index_stats.reused == len(counts) and warm.index_stats.bytes_parsed == 0
-    _same(warm, cold)
+    _assert_same(warm, cold)
 
     # Appends through the journaling writer: read from the journal, from where it ended.
     store = _writer_appends(root, 7, ("0-0", "1-0", "new-0"))
@@ -110,13 +95,13 @@ def test_a_store_whose_inodes_use_the_top_bit_opens_cold_warm_and_after_appends(
     assert again.index_stats is not None
     assert (again.index_stats.appended, again.index_stats.new) == (2, 1)
     assert again.index_stats.decoded.get("journal") == 3
-    _same(again, _plain(root, monkeypatch))
+    _assert_same(again, _plain(root, monkeypatch))
 
     # Another writer's append: no journal entry, so the file is read from its lines.
     store.record("2-0", next(_lines(8, 1)))
     third = ngv.open_run(root, progress=False, index_dir=index_dir)
     assert third.index_stats is not None and third.index_stats.reread == 1
-    _same(third, _plain(root, monkeypatch))
+    _assert_same(third, _plain(root, monkeypatch))
 
     # Replaced by a copy of the same size and mtime: only the inode tells (its low bits, the
     # top one set in both), and the file is read again.
@@ -132,7 +117,7 @@ def test_a_store_whose_inodes_use_the_top_bit_opens_cold_warm_and_after_appends(
     fourth = ngv.open_run(root, progress=False, index_dir=index_dir)
     assert fourth.index_stats is not None
     assert (fourth.index_stats.reread, fourth.index_stats.reused) == (1, len(counts))
-    _same(fourth, third)
+    _assert_same(fourth, third)
 
 
 @pytest.mark.usefixtures("wide_inodes")
@@ -150,5 +135,5 @@ def test_journal_segments_hold_inodes_that_use_the_top_bit(
     run = ngv.open_run(root, progress=False, index_dir=tmp_path / "index")
     assert run.index_stats is not None
     assert run.index_stats.decoded.get("segments") == sum(counts.values())
-    _same(run, _plain(root, monkeypatch))
+    _assert_same(run, _plain(root, monkeypatch))
     shutil.rmtree(tmp_path / "index")
